@@ -1,0 +1,35 @@
+"""The blitzq engine: a Redis task queue that never imports Django.
+
+Public names are re-exported here; everything else is internal.
+"""
+
+from .brokers import Broker, MemoryBroker, RedisBroker
+from .client import CallOptions, Client, Task, TaskFailed, TaskHandle
+from .context import TaskContext, current_task
+from .core.deadletter import DeadLetter
+from .core.message import Message
+from .core.record import Record
+from .core.retry import RetryPolicy
+from .core.task import TaskRegistry, TaskSpec
+from .errors import (
+    BlitzqError,
+    BrokerError,
+    BrokerUnavailable,
+    ConfigurationError,
+    MessageDecodeError,
+    MessageEncodeError,
+    MessageError,
+    MessageTooLarge,
+    ResultTimeout,
+    Retry,
+    TaskNotRegistered,
+)
+from .worker import Worker, WorkerConfig
+
+__all__ = [
+    "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Client",
+    "ConfigurationError", "DeadLetter", "MemoryBroker", "Message", "MessageDecodeError",
+    "MessageEncodeError", "MessageError", "MessageTooLarge", "Record", "RedisBroker",
+    "ResultTimeout", "Retry", "RetryPolicy", "Task", "TaskContext", "TaskFailed", "TaskHandle",
+    "TaskNotRegistered", "TaskRegistry", "TaskSpec", "Worker", "WorkerConfig", "current_task",
+]

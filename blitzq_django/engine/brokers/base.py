@@ -1,0 +1,83 @@
+"""The broker contract shared by RedisBroker and MemoryBroker.
+
+A producer calls the sync or async half (``enqueue``/``aenqueue`` ...); a worker
+calls only the async half. Every method that settles or renews a delivery checks
+that the calling consumer still owns it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..core.record import Record
+
+DONE = "done"  # acked, final record written
+RETRY = "retry"  # acked, next attempt on the schedule
+DEAD = "dead"  # acked, moved to dead letters
+REQUEUE = "requeue"  # acked, put back on the queue at once
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One handing-out of a message to a worker."""
+
+    queue: str
+    entry_id: str
+    payload: bytes | None  # None: the entry had no message field
+    delivery_count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one delivery ends; applied atomically with its ack."""
+
+    delivery: Delivery
+    kind: str  # DONE | RETRY | DEAD | REQUEUE
+    message_id: str
+    record: bytes = b""  # encoded Record to store, or b""
+    notify: bool = False  # publish "final record written" for get_result
+    body: bytes = b""  # RETRY/REQUEUE: encoded message; DEAD: encoded dead letter
+    due_ms: int = 0  # RETRY: when the next attempt is due
+    state: str = ""  # the record state this settlement means (for stats and events)
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """One message to write, with what goes with it."""
+
+    queue: str
+    message_id: str
+    payload: bytes
+    due_ms: int = 0  # 0: ready now
+    record: bytes = b""  # first record when track_state is on
+    idempotency_key: str | None = None
+
+
+class Broker(Protocol):
+    # producer, sync
+    def enqueue(self, items: Sequence[Enqueue]) -> list[str]: ...
+    def get_record(self, queue: str, message_id: str) -> Record | None: ...
+    def wait_record(self, queue: str, message_id: str, timeout: float) -> Record | None: ...
+    def scheduled_due_ms(self, queue: str, message_id: str) -> int | None: ...
+    def dead_letter(self, queue: str, message_id: str) -> bytes | None: ...
+
+    # producer, async
+    async def aenqueue(self, items: Sequence[Enqueue]) -> list[str]: ...
+    async def aget_record(self, queue: str, message_id: str) -> Record | None: ...
+    async def await_record(self, queue: str, message_id: str, timeout: float) -> Record | None: ...
+
+    # worker
+    async def prepare(self, queues: Sequence[str]) -> None: ...
+    async def fetch(self, queues: Sequence[str], consumer: str, count: int,
+                    block_ms: int) -> list[Delivery]: ...
+    async def settle(self, consumer: str, settlements: Sequence[Settlement],
+                     now_ms: int) -> list[bool]: ...
+    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[str]: ...
+    async def recover(self, queue: str, consumer: str, min_idle_ms: int,
+                      count: int) -> tuple[list[Delivery], list[str]]: ...
+    async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]: ...
+    async def retire(self, queues: Sequence[str], consumer: str) -> None: ...
+    async def aclose(self) -> None: ...
+    def close(self) -> None: ...

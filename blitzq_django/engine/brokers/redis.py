@@ -1,0 +1,259 @@
+"""RedisBroker: reliable mode on Redis streams (at-least-once).
+
+Producers use a sync redis-py client (one round trip per enqueue, no event
+loop); async code and workers use redis.asyncio. Both run the same ops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio
+from redis.exceptions import ResponseError
+
+from ..core.record import Record
+from ..redis import ops
+from ..redis.keys import Keyspace
+from ..redis.ops import Op
+from ..redis.store import AsyncStore, SyncStore, client_options, mapped_errors
+from .base import Delivery, Enqueue, Settlement
+
+RESULT_POLL_S = 5.0  # safety net under pub/sub wake-ups: a lost notification costs this
+
+
+class RedisBroker:
+    mode = "s"
+
+    def __init__(
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        namespace: str = "blitzq",
+        record_ttl: int = 86400,
+        idempotency_ttl: int = 86400,
+        dead_letter_max: int = 100_000,
+        redis_options: dict[str, Any] | None = None,
+        sync_client: redis.Redis | None = None,
+    ) -> None:
+        self.url = url
+        self.keys = Keyspace(namespace)
+        self.record_ttl = record_ttl
+        self.idempotency_ttl = idempotency_ttl
+        self.dead_letter_max = dead_letter_max
+        self._options = redis_options or {}
+        self._sync = SyncStore(sync_client, url) if sync_client is not None else None
+        self._async: dict[asyncio.AbstractEventLoop, AsyncStore] = {}
+
+    # -- connections ---------------------------------------------------------
+
+    @property
+    def sync(self) -> SyncStore:
+        if self._sync is None:
+            self._sync = SyncStore.from_url(self.url, self._options)
+        return self._sync
+
+    @property
+    def aio(self) -> AsyncStore:
+        # redis.asyncio connections belong to the loop that opened them.
+        loop = asyncio.get_running_loop()
+        store = self._async.get(loop)
+        if store is None:
+            for old in [old for old in self._async if old.is_closed()]:
+                del self._async[old]
+            store = self._async[loop] = AsyncStore.from_url(self.url, self._options)
+        return store
+
+    def ping(self) -> None:
+        self.sync.run(Op(command=("PING",)))
+
+    # -- producing -----------------------------------------------------------
+
+    def _enqueue_op(self, item: Enqueue) -> Op:
+        keys = self.keys.queue(item.queue)
+        if not (item.due_ms or item.record or item.idempotency_key):
+            return ops.xadd(keys, item.payload) if self.mode == "s" else ops.lpush(keys, item.payload)
+        return ops.enqueue(
+            keys,
+            payload=item.payload,
+            message_id=item.message_id,
+            due_ms=item.due_ms,
+            record=item.record,
+            record_ttl=self.record_ttl,
+            idempotency_key=item.idempotency_key,
+            idempotency_ttl=self.idempotency_ttl,
+            mode=self.mode,
+        )
+
+    @staticmethod
+    def _ids(items: Sequence[Enqueue], replies: list[Any]) -> list[str]:
+        # A deduplicated enqueue answers with the id already holding the key.
+        return [r[1] if isinstance(r, tuple) else i.message_id for i, r in zip(items, replies)]
+
+    def enqueue(self, items: Sequence[Enqueue]) -> list[str]:
+        if len(items) == 1:
+            return self._ids(items, [self.sync.run(self._enqueue_op(items[0]))])
+        return self._ids(items, self.sync.run_many([self._enqueue_op(i) for i in items]))
+
+    async def aenqueue(self, items: Sequence[Enqueue]) -> list[str]:
+        if len(items) == 1:
+            return self._ids(items, [await self.aio.run(self._enqueue_op(items[0]))])
+        return self._ids(items, await self.aio.run_many([self._enqueue_op(i) for i in items]))
+
+    # -- reading state -------------------------------------------------------
+
+    def get_record(self, queue: str, message_id: str) -> Record | None:
+        data = self.sync.run(ops.get(self.keys.queue(queue).record(message_id)))
+        return Record.from_bytes(data) if data else None
+
+    async def aget_record(self, queue: str, message_id: str) -> Record | None:
+        data = await self.aio.run(ops.get(self.keys.queue(queue).record(message_id)))
+        return Record.from_bytes(data) if data else None
+
+    def scheduled_due_ms(self, queue: str, message_id: str) -> int | None:
+        score = self.sync.run(ops.zscore(self.keys.queue(queue).schedule, message_id))
+        return None if score is None else int(score)
+
+    def dead_letter(self, queue: str, message_id: str) -> bytes | None:
+        return self.sync.run(ops.hget(self.keys.queue(queue).dead_letter_data, message_id))
+
+    def wait_record(self, queue: str, message_id: str, timeout: float) -> Record | None:
+        """Wait for a final record: woken by pub/sub, re-checking after every wake-up."""
+        keys = self.keys.queue(queue)
+        deadline = time.monotonic() + timeout
+        with mapped_errors(self.url):
+            pubsub = self.sync.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(keys.done_channel(message_id))
+                while True:
+                    record = self.get_record(queue, message_id)
+                    remaining = deadline - time.monotonic()
+                    if (record is not None and record.is_final) or remaining <= 0:
+                        return record
+                    pubsub.get_message(timeout=min(remaining, RESULT_POLL_S))
+            finally:
+                pubsub.close()
+
+    async def await_record(self, queue: str, message_id: str, timeout: float) -> Record | None:
+        keys = self.keys.queue(queue)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        with mapped_errors(self.url):
+            pubsub = self.aio.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(keys.done_channel(message_id))
+                while True:
+                    record = await self.aget_record(queue, message_id)
+                    remaining = deadline - loop.time()
+                    if (record is not None and record.is_final) or remaining <= 0:
+                        return record
+                    await pubsub.get_message(timeout=min(remaining, RESULT_POLL_S))
+            finally:
+                await pubsub.aclose()
+
+    def queue_stats(self, queue: str) -> dict[str, int]:
+        keys = self.keys.queue(queue)
+        ready, scheduled, dead = self.sync.run_many(
+            [ops.xlen(keys.stream), ops.zcard(keys.schedule), ops.zcard(keys.dead_letters)]
+        )
+        try:
+            pending = self.sync.run(ops.pending_count(keys))
+        except Exception:  # no group yet: nothing was ever delivered
+            pending = 0
+        return {"ready": ready - pending, "pending": pending, "scheduled": scheduled,
+                "dead_letters": dead}
+
+    # -- worker --------------------------------------------------------------
+
+    async def prepare(self, queues: Sequence[str]) -> None:
+        for queue in queues:
+            try:
+                await self.aio.client.execute_command(*ops.create_group(self.keys.queue(queue)).command)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    async def fetch(self, queues: Sequence[str], consumer: str, count: int,
+                    block_ms: int) -> list[Delivery]:
+        by_stream = {self.keys.queue(q).stream: q for q in queues}
+        op = ops.read_group([self.keys.queue(q) for q in queues], consumer, count, block_ms)
+        try:
+            entries = await self.aio.run(op)
+        except Exception as exc:
+            if "NOGROUP" in str(exc):  # stream deleted or Redis restarted empty
+                await self.prepare(queues)
+                return []
+            raise
+        return [Delivery(by_stream[s], entry_id, payload) for s, entry_id, payload in entries]
+
+    async def settle(self, consumer: str, settlements: Sequence[Settlement],
+                     now_ms: int) -> list[bool]:
+        by_queue: dict[str, list[int]] = defaultdict(list)
+        for i, s in enumerate(settlements):
+            by_queue[s.delivery.queue].append(i)
+        batch = []
+        for queue, indexes in by_queue.items():
+            keys = self.keys.queue(queue)
+            items = []
+            for i in indexes:
+                s = settlements[i]
+                channel = keys.done_channel(s.message_id) if s.notify else ""
+                items.append((s.kind, s.delivery.entry_id, s.message_id, s.record, channel,
+                              s.body, s.due_ms))
+            batch.append(ops.complete(keys, consumer, items, record_ttl=self.record_ttl,
+                                      dead_letter_max=self.dead_letter_max, now_ms=now_ms))
+        replies = await self.aio.run_many(batch)
+        settled = [False] * len(settlements)
+        for indexes, reply in zip(by_queue.values(), replies, strict=True):
+            for i, ok in zip(indexes, reply, strict=True):
+                settled[i] = ok
+        return settled
+
+    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[str]:
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for d in deliveries:
+            by_queue[d.queue].append(d.entry_id)
+        batch = [ops.renew(self.keys.queue(q), consumer, ids) for q, ids in by_queue.items()]
+        lost: list[str] = []
+        for reply in await self.aio.run_many(batch):
+            lost.extend(reply)
+        return lost
+
+    async def recover(self, queue: str, consumer: str, min_idle_ms: int,
+                      count: int) -> tuple[list[Delivery], list[str]]:
+        keys = self.keys.queue(queue)
+        try:
+            _cursor, claimed, deleted = await self.aio.run(
+                ops.recover(keys, consumer, min_idle_ms, count, "0-0")
+            )
+        except Exception as exc:
+            if "NOGROUP" in str(exc):
+                await self.prepare([queue])
+                return [], []
+            raise
+        return [Delivery(queue, e, p or None, c) for e, p, c in claimed], deleted
+
+    async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
+        return await self.aio.run(ops.promote(self.keys.queue(queue), now_ms, limit, self.mode))
+
+    async def retire(self, queues: Sequence[str], consumer: str) -> None:
+        await self.aio.run_many([ops.retire(self.keys.queue(q), consumer) for q in queues])
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        store = self._async.pop(loop, None)
+        if store is not None:
+            await store.close()
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+
+__all__ = ["RedisBroker", "client_options"]

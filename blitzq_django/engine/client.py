@@ -1,0 +1,300 @@
+"""Client: the producer facade (enqueue, get_result, inspect) and the task factory."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from .brokers.base import Broker, Enqueue
+from .core import record as states
+from .core.deadletter import DeadLetter
+from .core.message import DEFAULT_MAX_MESSAGE_SIZE, Message, encode
+from .core.record import Record
+from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
+from .errors import ConfigurationError, ResultTimeout
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_BATCH = 1000  # messages per round trip in enqueue_many
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Client:
+    """Builds messages and hands them to a broker. Safe to share between threads."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        registry: TaskRegistry | None = None,
+        *,
+        store_results: bool = True,
+        track_state: bool = False,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        default_queue: str = DEFAULT_QUEUE,
+    ) -> None:
+        self.broker = broker
+        self.registry = registry if registry is not None else TaskRegistry()
+        self.store_results = store_results
+        self.track_state = track_state
+        self.max_message_size = max_message_size
+        self.default_queue = default_queue
+
+    # -- defining tasks ------------------------------------------------------
+
+    def task(self, func: Callable[P, R] | None = None, **options: Any) -> Any:
+        """Decorator: register ``func`` as a task bound to this client."""
+
+        def wrap(f: Callable[P, R]) -> Task[P, R]:
+            options.setdefault("queue", self.default_queue)
+            spec = self.registry.add(TaskSpec.build(f, **options))
+            return Task(spec, lambda: self)
+
+        return wrap(func) if func is not None else wrap
+
+    # -- enqueue -------------------------------------------------------------
+
+    def build(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
+              call: CallOptions | None = None) -> tuple[Message, Enqueue]:
+        call = call or CallOptions()
+        created = now_ms()
+        eta_ms = call.due_ms(created)
+        message = Message(
+            id=call.task_id or uuid.uuid4().hex,
+            task=spec.name,
+            queue=call.queue or spec.queue,
+            args=tuple(args),
+            kwargs=dict(kwargs),
+            created_ms=created,
+            eta_ms=eta_ms,
+            timeout=call.timeout,
+            idempotency_key=call.idempotency_key,
+            headers=call.headers or {},
+            policy=call.policy(),
+        )
+        payload = encode(message, self.max_message_size)
+        record = b""
+        if self.track_state:
+            state = states.SCHEDULED if eta_ms else states.QUEUED
+            record = Record(id=message.id, task=message.task, queue=message.queue,
+                            state=state, created_ms=created).to_bytes()
+        return message, Enqueue(message.queue, message.id, payload, eta_ms or 0, record,
+                                message.idempotency_key)
+
+    def enqueue(self, spec: TaskSpec, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+                call: CallOptions | None = None) -> TaskHandle:
+        message, item = self.build(spec, args, kwargs or {}, call)
+        (message_id,) = self.broker.enqueue([item])
+        return TaskHandle(message_id, message.queue, self)
+
+    async def aenqueue(self, spec: TaskSpec, args: Sequence[Any] = (),
+                       kwargs: dict[str, Any] | None = None,
+                       call: CallOptions | None = None) -> TaskHandle:
+        message, item = self.build(spec, args, kwargs or {}, call)
+        (message_id,) = await self.broker.aenqueue([item])
+        return TaskHandle(message_id, message.queue, self)
+
+    def enqueue_many(self, spec: TaskSpec, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+                     call: CallOptions | None = None) -> list[TaskHandle]:
+        """Enqueue many messages, at most MAX_BATCH per round trip.
+
+        Every message is encoded (and checked) before the first one is written.
+        """
+        built = [self.build(spec, a, k, call) for a, k in calls]
+        handles: list[TaskHandle] = []
+        for start in range(0, len(built), MAX_BATCH):
+            chunk = built[start:start + MAX_BATCH]
+            ids = self.broker.enqueue([item for _, item in chunk])
+            handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk)]
+        return handles
+
+    async def aenqueue_many(self, spec: TaskSpec,
+                            calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+                            call: CallOptions | None = None) -> list[TaskHandle]:
+        built = [self.build(spec, a, k, call) for a, k in calls]
+        handles: list[TaskHandle] = []
+        for start in range(0, len(built), MAX_BATCH):
+            chunk = built[start:start + MAX_BATCH]
+            ids = await self.broker.aenqueue([item for _, item in chunk])
+            handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk)]
+        return handles
+
+    # -- results and state ---------------------------------------------------
+
+    def get_result(self, message_id: str, timeout: float = 0.0, *, queue: str | None = None) -> Record:
+        """The final record, waiting up to ``timeout`` seconds for it."""
+        queue = queue or self.default_queue
+        record = self.broker.wait_record(queue, message_id, timeout)
+        if record is None or not record.is_final:
+            raise ResultTimeout(f"no final record for {message_id!r} within {timeout} s")
+        return record
+
+    async def aget_result(self, message_id: str, timeout: float = 0.0, *,
+                          queue: str | None = None) -> Record:
+        queue = queue or self.default_queue
+        record = await self.broker.await_record(queue, message_id, timeout)
+        if record is None or not record.is_final:
+            raise ResultTimeout(f"no final record for {message_id!r} within {timeout} s")
+        return record
+
+    def inspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
+        """What is known of a message: its record, or that it is scheduled or dead-lettered."""
+        queue = queue or self.default_queue
+        record = self.broker.get_record(queue, message_id)
+        if record is not None:
+            return record
+        due = self.broker.scheduled_due_ms(queue, message_id)
+        if due is not None:
+            return Record(id=message_id, task="", queue=queue, state=states.SCHEDULED)
+        dead = self.broker.dead_letter(queue, message_id)
+        if dead is not None:
+            letter = DeadLetter.from_bytes(dead)
+            return Record(id=message_id, task=letter.task or "", queue=queue,
+                          state=states.DEAD_LETTERED, attempt=letter.attempt,
+                          error_type=letter.error_type, error_message=letter.error_message,
+                          traceback=letter.traceback, reason=letter.reason,
+                          finished_ms=letter.dead_ms)
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallOptions:
+    """Per-call options of ``task.options(...)``; None inherits from the task."""
+
+    queue: str | None = None
+    task_id: str | None = None
+    delay: float | None = None  # seconds from now
+    eta: Any = None  # an aware datetime
+    timeout: float | None = None
+    idempotency_key: str | None = None
+    headers: dict[str, Any] | None = None
+    retries: int | None = None
+    initial_delay: float | None = None
+    max_delay: float | None = None
+    factor: float | None = None
+    jitter: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.delay is not None and self.eta is not None:
+            raise ConfigurationError("pass delay or eta, not both")
+        if self.delay is not None and self.delay < 0:
+            raise ConfigurationError("delay must be >= 0 seconds")
+        if self.eta is not None and getattr(self.eta, "tzinfo", None) is None:
+            raise ConfigurationError("eta must be a timezone-aware datetime")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigurationError("timeout must be > 0 seconds")
+        if self.idempotency_key is not None and not 0 < len(self.idempotency_key) <= 512:
+            raise ConfigurationError("idempotency_key must be 1 to 512 characters")
+        if self.retries is not None and self.retries < 0:
+            raise ConfigurationError("retries must be >= 0")
+
+    def due_ms(self, now: int) -> int | None:
+        if self.delay:
+            return now + int(self.delay * 1000)
+        if self.eta is not None:
+            due = int(self.eta.timestamp() * 1000)
+            return due if due > now else None
+        return None
+
+    def policy(self) -> dict[str, Any] | None:
+        fields = ("retries", "initial_delay", "max_delay", "factor", "jitter")
+        out = {f: getattr(self, f) for f in fields if getattr(self, f) is not None}
+        return out or None
+
+    def merged(self, **changes: Any) -> CallOptions:
+        return replace(self, **changes)
+
+
+class TaskHandle:
+    """What enqueue returns: the message id, its queue, and a way to its result."""
+
+    __slots__ = ("id", "queue", "_client")
+
+    def __init__(self, id: str, queue: str, client: Client) -> None:
+        self.id = id
+        self.queue = queue
+        self._client = client
+
+    def result(self, timeout: float = 0.0) -> Any:
+        """Wait for the final record; return the value or raise TaskFailed."""
+        return _value(self._client.get_result(self.id, timeout, queue=self.queue))
+
+    async def aresult(self, timeout: float = 0.0) -> Any:
+        return _value(await self._client.aget_result(self.id, timeout, queue=self.queue))
+
+    def record(self, timeout: float = 0.0) -> Record:
+        return self._client.get_result(self.id, timeout, queue=self.queue)
+
+    def inspect(self) -> Record | None:
+        return self._client.inspect(self.id, queue=self.queue)
+
+    def __repr__(self) -> str:
+        return f"<TaskHandle {self.id} on {self.queue!r}>"
+
+
+class TaskFailed(Exception):
+    """The task ended without a result: failed, dead-lettered or cancelled."""
+
+    def __init__(self, record: Record) -> None:
+        super().__init__(f"task {record.task} {record.id} {record.state}: "
+                         f"{record.error_type}: {record.error_message}")
+        self.record = record
+
+
+def _value(record: Record) -> Any:
+    if record.state != states.SUCCEEDED:
+        raise TaskFailed(record)
+    return record.result
+
+
+class Task(Generic[P, R]):
+    """A registered task: call it directly, or enqueue it for a worker."""
+
+    def __init__(self, spec: TaskSpec, client: Callable[[], Client],
+                 call: CallOptions | None = None) -> None:
+        self.spec = spec
+        self._client = client  # resolved lazily: Django settings may not be ready at import
+        self._call = call or CallOptions()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.spec.func(*args, **kwargs)
+
+    def options(self, **changes: Any) -> Task[P, R]:
+        return Task(self.spec, self._client, self._call.merged(**changes))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return self._client().enqueue(self.spec, args, kwargs, self._call)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return await self._client().aenqueue(self.spec, args, kwargs, self._call)
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]] | Sequence[Any]]
+                     ) -> list[TaskHandle]:
+        """Enqueue many calls: each an args tuple, or an (args, kwargs) pair."""
+        return self._client().enqueue_many(self.spec, _calls(calls), self._call)
+
+    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
+        return await self._client().aenqueue_many(self.spec, _calls(calls), self._call)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.spec.name}>"
+
+
+def _calls(calls: Iterable[Any]) -> list[tuple[Sequence[Any], dict[str, Any]]]:
+    out = []
+    for c in calls:
+        if isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], dict) and isinstance(c[0], list | tuple):
+            out.append((c[0], c[1]))
+        else:
+            out.append((tuple(c), {}))
+    return out

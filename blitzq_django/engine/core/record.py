@@ -1,0 +1,54 @@
+"""Record: what is known about one message (its state, and its outcome once final)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .message import pack, unpack
+
+QUEUED = "queued"
+SCHEDULED = "scheduled"
+RUNNING = "running"
+RETRYING = "retrying"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+DEAD_LETTERED = "dead_lettered"
+CANCELLED = "cancelled"
+
+FINAL_STATES = frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, CANCELLED})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    id: str
+    task: str
+    queue: str
+    state: str
+    attempt: int = 1
+    result: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    reason: str | None = None  # why it was dead-lettered
+    created_ms: int | None = None
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    worker: str | None = None
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == SUCCEEDED
+
+    def to_bytes(self) -> bytes:
+        return pack(asdict(self))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Record:
+        fields = unpack(data)
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in fields.items() if k in known})

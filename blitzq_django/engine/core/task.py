@@ -1,0 +1,92 @@
+"""TaskSpec (a registered callable and its options) and TaskRegistry (name -> spec)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigurationError, TaskNotRegistered
+from .retry import RetryPolicy
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSpec:
+    name: str
+    func: Callable[..., Any]
+    queue: str = DEFAULT_QUEUE
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: float | None = None  # seconds per attempt
+    store_result: bool | None = None  # None = the client's store_results
+    dead_letter: bool = True  # False: a final failure is recorded as failed instead
+    is_async: bool = False
+
+    @classmethod
+    def build(cls, func: Callable[..., Any], **options: Any) -> TaskSpec:
+        name = options.pop("name", None) or f"{func.__module__}.{func.__qualname__}"
+        retry = options.pop("retry", None) or RetryPolicy()
+        retry_fields = {
+            k: options.pop(k)
+            for k in ("retries", "initial_delay", "max_delay", "factor", "jitter",
+                      "retry_on", "dont_retry_on")
+            if k in options
+        }
+        if retry_fields:
+            for k in ("retry_on", "dont_retry_on"):
+                if k in retry_fields and not isinstance(retry_fields[k], tuple):
+                    retry_fields[k] = tuple(retry_fields[k])
+            retry = RetryPolicy(**{**_policy_fields(retry), **retry_fields})
+        timeout = options.get("timeout")
+        if timeout is not None and timeout <= 0:
+            raise ConfigurationError(f"task {name!r}: timeout must be > 0 seconds")
+        return cls(
+            name=name,
+            func=func,
+            retry=retry,
+            is_async=inspect.iscoroutinefunction(func),
+            **options,
+        )
+
+
+def _policy_fields(policy: RetryPolicy) -> dict[str, Any]:
+    return {f: getattr(policy, f) for f in RetryPolicy.__dataclass_fields__}
+
+
+class TaskRegistry:
+    """Task name -> TaskSpec. A worker runs only what its registry knows."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, TaskSpec] = {}
+
+    def add(self, spec: TaskSpec) -> TaskSpec:
+        existing = self._specs.get(spec.name)
+        if existing is not None and existing.func is not spec.func:
+            # Re-registration by module reload (autoreload, tests) replaces the old one.
+            if getattr(existing.func, "__qualname__", None) != getattr(spec.func, "__qualname__", None):
+                raise ConfigurationError(f"task name {spec.name!r} is registered twice")
+        self._specs[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> TaskSpec:
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise TaskNotRegistered(f"unknown task {name!r}") from None
+
+    def find(self, name: str) -> TaskSpec | None:
+        return self._specs.get(name)
+
+    def queues(self) -> set[str]:
+        return {spec.queue for spec in self._specs.values()}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)

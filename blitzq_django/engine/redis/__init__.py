@@ -1,0 +1,1 @@
+"""Redis adapter: key names, Lua scripts, operations and the stores that run them."""

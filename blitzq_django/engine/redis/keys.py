@@ -1,0 +1,89 @@
+"""Keyspace: the only code that formats Redis key and channel names.
+
+Every key of one queue carries the same hash tag ``{<ns>:<queue>}``, so each Lua
+script touches one cluster slot and different queues may live on different nodes.
+
+======================================  ========  =============================================
+key                                     type      holds
+======================================  ========  =============================================
+``bq:{ns:queue}:s``                     stream    messages ready to run (reliable mode);
+                                                  consumer group ``workers``
+``bq:{ns:queue}:l``                     list      messages ready to run (fast mode)
+``bq:{ns:queue}:z``                     zset      scheduled message ids (delayed, ETA, retry
+                                                  backoff), scored by due time in ms
+``bq:{ns:queue}:zd``                    hash      scheduled message id -> encoded message
+``bq:{ns:queue}:dlq``                   zset      dead-letter ids scored by dead-letter time ms
+``bq:{ns:queue}:dlqd``                  hash      dead-letter id -> encoded dead letter
+``bq:{ns:queue}:r:<id>``                string    record of one message; TTL result_ttl
+``bq:{ns:queue}:u:<key>``               string    idempotency key -> message id; TTL
+``bq:{ns:queue}:done:<id>``             channel   published when a final record is written
+``bq:{ns}:workers``                     zset      worker name scored by last heartbeat ms
+======================================  ========  =============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "workers"
+PREFIX = "bq"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Key names of one queue."""
+
+    tag: str  # "bq:{ns:queue}"
+
+    @property
+    def stream(self) -> str:
+        return f"{self.tag}:s"
+
+    @property
+    def list(self) -> str:
+        return f"{self.tag}:l"
+
+    @property
+    def schedule(self) -> str:
+        return f"{self.tag}:z"
+
+    @property
+    def schedule_data(self) -> str:
+        return f"{self.tag}:zd"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.tag}:dlq"
+
+    @property
+    def dead_letter_data(self) -> str:
+        return f"{self.tag}:dlqd"
+
+    def record(self, message_id: str) -> str:
+        return f"{self.tag}:r:{message_id}"
+
+    def unique(self, idempotency_key: str) -> str:
+        return f"{self.tag}:u:{idempotency_key}"
+
+    def done_channel(self, message_id: str) -> str:
+        return f"{self.tag}:done:{message_id}"
+
+
+class Keyspace:
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._queues: dict[str, QueueKeys] = {}
+
+    def queue(self, name: str) -> QueueKeys:
+        keys = self._queues.get(name)
+        if keys is None:
+            keys = self._queues[name] = QueueKeys(f"{PREFIX}:{{{self.namespace}:{name}}}")
+        return keys
+
+    @property
+    def workers(self) -> str:
+        return f"{PREFIX}:{{{self.namespace}}}:workers"
+
+    def all_keys_pattern(self) -> str:
+        """Glob over every key of this namespace (for purge in tests and tools)."""
+        return f"{PREFIX}:{{{self.namespace}*"

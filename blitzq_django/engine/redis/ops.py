@@ -1,0 +1,198 @@
+"""Sans-I/O Redis operations: each is (script or command, keys, args) + reply parser.
+
+The sync and the async store execute these same values, so every Redis flow
+exists once. Nothing here touches a connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import scripts
+from .keys import GROUP, QueueKeys
+from .scripts import Script
+
+Arg = str | bytes | int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    command: tuple[Arg, ...] = ()  # a plain command, when script is None
+    script: Script | None = None
+    keys: Sequence[str] = ()
+    args: Sequence[Arg] = ()
+    parse: Callable[[Any], Any] | None = None
+
+    def result(self, reply: Any) -> Any:
+        return self.parse(reply) if self.parse is not None else reply
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# -- producing ---------------------------------------------------------------
+
+
+def xadd(keys: QueueKeys, payload: bytes) -> Op:
+    return Op(command=("XADD", keys.stream, "*", "m", payload), parse=_text)
+
+
+def lpush(keys: QueueKeys, payload: bytes) -> Op:
+    return Op(command=("LPUSH", keys.list, payload))
+
+
+def enqueue(
+    keys: QueueKeys,
+    *,
+    payload: bytes,
+    message_id: str,
+    due_ms: int = 0,
+    record: bytes = b"",
+    record_ttl: int = 0,
+    idempotency_key: str | None = None,
+    idempotency_ttl: int = 0,
+    mode: str = "s",
+) -> Op:
+    unique = keys.unique(idempotency_key) if idempotency_key else keys.unique("-")
+    return Op(
+        script=scripts.ENQUEUE,
+        keys=(keys.stream if mode == "s" else keys.list, keys.schedule, keys.schedule_data,
+              keys.record(message_id), unique),
+        args=(payload, message_id, due_ms, record, record_ttl,
+              idempotency_ttl if idempotency_key else "", mode),
+        parse=lambda reply: (bool(reply[0]), _text(reply[1])),
+    )
+
+
+def create_group(keys: QueueKeys) -> Op:
+    # From id 0: messages enqueued before the first worker started are read too.
+    return Op(command=("XGROUP", "CREATE", keys.stream, GROUP, "0", "MKSTREAM"))
+
+
+# -- consuming ---------------------------------------------------------------
+
+
+def read_group(
+    queue_keys: Sequence[QueueKeys], consumer: str, count: int, block_ms: int | None
+) -> Op:
+    """XREADGROUP over several queues; reply parsed to [(stream, entry id, payload)]."""
+    command: list[Arg] = ["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count]
+    if block_ms is not None:
+        command += ["BLOCK", block_ms]
+    command += ["STREAMS", *(k.stream for k in queue_keys), *(">" for _ in queue_keys)]
+    return Op(command=tuple(command), parse=_parse_read)
+
+
+def _parse_read(reply: Any) -> list[tuple[str, str, bytes | None]]:
+    out: list[tuple[str, str, bytes | None]] = []
+    if not reply:
+        return out
+    # RESP2 gives a list of [stream, entries]; RESP3 a dict.
+    items = reply.items() if isinstance(reply, dict) else reply
+    for stream, entries in items:
+        stream = _text(stream)
+        for entry_id, fields in entries:
+            out.append((stream, _text(entry_id), _field(fields, b"m")))
+    return out
+
+
+def _field(fields: Any, name: bytes) -> bytes | None:
+    if isinstance(fields, dict):
+        return fields.get(name)
+    if isinstance(fields, list):
+        for i in range(0, len(fields) - 1, 2):
+            if fields[i] == name:
+                return fields[i + 1]
+    return None
+
+
+def complete(
+    keys: QueueKeys,
+    consumer: str,
+    items: Sequence[tuple[str, str, str, bytes, str, bytes, int]],
+    *,
+    record_ttl: int,
+    dead_letter_max: int,
+    now_ms: int,
+) -> Op:
+    """Settle deliveries: items are (kind, entry id, message id, record, channel, body, due)."""
+    args: list[Arg] = [GROUP, consumer, record_ttl, dead_letter_max, now_ms]
+    record_keys = []
+    for item in items:
+        args.extend(item)
+        record_keys.append(keys.record(item[2]))
+    return Op(
+        script=scripts.COMPLETE,
+        keys=(keys.stream, keys.schedule, keys.schedule_data, keys.dead_letters,
+              keys.dead_letter_data, *record_keys),
+        args=args,
+        parse=lambda reply: [bool(r) for r in reply],
+    )
+
+
+def renew(keys: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Op:
+    return Op(
+        script=scripts.RENEW,
+        keys=(keys.stream,),
+        args=(GROUP, consumer, *entry_ids),
+        parse=lambda reply: [_text(r) for r in reply],
+    )
+
+
+def recover(keys: QueueKeys, consumer: str, min_idle_ms: int, count: int, cursor: str) -> Op:
+    def parse(reply: Any) -> tuple[str, list[tuple[str, bytes, int]], list[str]]:
+        claimed = [(_text(e[0]), e[1], int(e[2])) for e in reply[1]]
+        return _text(reply[0]), claimed, [_text(d) for d in reply[2]]
+
+    return Op(
+        script=scripts.RECOVER,
+        keys=(keys.stream,),
+        args=(GROUP, consumer, min_idle_ms, count, cursor),
+        parse=parse,
+    )
+
+
+def promote(keys: QueueKeys, now_ms: int, limit: int, mode: str = "s") -> Op:
+    return Op(
+        script=scripts.PROMOTE,
+        keys=(keys.stream if mode == "s" else keys.list, keys.schedule, keys.schedule_data),
+        args=(now_ms, limit, mode),
+        parse=lambda reply: (int(reply[0]), int(reply[1])),
+    )
+
+
+def retire(keys: QueueKeys, consumer: str) -> Op:
+    return Op(script=scripts.RETIRE, keys=(keys.stream,), args=(GROUP, consumer), parse=bool)
+
+
+# -- reading state -----------------------------------------------------------
+
+
+def get(key: str) -> Op:
+    return Op(command=("GET", key))
+
+
+def zscore(key: str, member: str) -> Op:
+    return Op(command=("ZSCORE", key, member), parse=lambda r: None if r is None else float(r))
+
+
+def hget(key: str, field: str) -> Op:
+    return Op(command=("HGET", key, field))
+
+
+def xlen(key: str) -> Op:
+    return Op(command=("XLEN", key), parse=int)
+
+
+def zcard(key: str) -> Op:
+    return Op(command=("ZCARD", key), parse=int)
+
+
+def pending_count(keys: QueueKeys) -> Op:
+    def parse(reply: Any) -> int:
+        return int(reply[0]) if isinstance(reply, list | tuple) else int(reply.get("pending", 0))
+
+    return Op(command=("XPENDING", keys.stream, GROUP), parse=parse)

@@ -1,0 +1,27 @@
+"""The Lua scripts of scripts/*.lua, loaded once, called by SHA."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+
+
+def _load(name: str) -> Script:
+    source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text()
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+ENQUEUE = _load("enqueue")
+COMPLETE = _load("complete")
+RENEW = _load("renew")
+RECOVER = _load("recover")
+PROMOTE = _load("promote")
+RETIRE = _load("retire")

@@ -1,0 +1,58 @@
+"""WorkerConfig: every knob of a worker, validated once."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from ..errors import ConfigurationError
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerConfig:
+    queues: tuple[str, ...] = ()  # () = every queue of the registry, plus "default"
+    concurrency: int = 100  # attempts running at once (and unacked messages held)
+    threads: int = 0  # pool for `def` tasks; 0 = min(concurrency, cpu * 4 + 4)
+    batch_size: int = 100  # most messages read per fetch
+    block_timeout: float = 1.0  # seconds a fetch blocks when the queues are empty
+    visibility_timeout: float = 60.0  # a lease not renewed for this long may be recovered
+    heartbeat_interval: float | None = None  # None = visibility_timeout / 3
+    recovery_interval: float | None = None  # None = visibility_timeout / 2, at most 30 s
+    max_deliveries: int = 5  # deliveries beyond this dead-letter the message
+    schedule_poll_interval: float = 0.5  # longest a due scheduled message waits
+    promote: bool = True
+    shutdown_timeout: float = 30.0
+    burst: bool = False  # drain the queues, then stop
+    name: str = field(default_factory=default_name)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigurationError("concurrency must be >= 1")
+        if self.visibility_timeout <= 0:
+            raise ConfigurationError("visibility_timeout must be > 0 seconds")
+        if self.heartbeat_interval is not None and not (
+            0 < self.heartbeat_interval < self.visibility_timeout / 2
+        ):
+            raise ConfigurationError("heartbeat_interval must be below half of visibility_timeout")
+        if self.max_deliveries < 1:
+            raise ConfigurationError("max_deliveries must be >= 1")
+        if self.batch_size < 1 or self.block_timeout <= 0 or self.schedule_poll_interval <= 0:
+            raise ConfigurationError("batch_size, block_timeout and schedule_poll_interval must be > 0")
+
+    @property
+    def thread_count(self) -> int:
+        return self.threads or min(self.concurrency, (os.cpu_count() or 1) * 4 + 4)
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.heartbeat_interval or self.visibility_timeout / 3
+
+    @property
+    def recovery_s(self) -> float:
+        return self.recovery_interval or min(self.visibility_timeout / 2, 30.0)

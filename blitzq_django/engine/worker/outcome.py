@@ -1,0 +1,115 @@
+"""Turn what one attempt did into how its delivery settles (pure, no I/O)."""
+
+from __future__ import annotations
+
+import traceback as tb
+from dataclasses import dataclass
+from typing import Any
+
+from ..brokers.base import DEAD, DONE, REQUEUE, RETRY, Delivery, Settlement
+from ..core import deadletter as reasons
+from ..core import record as states
+from ..core.deadletter import DeadLetter, malformed_id
+from ..core.message import Message, encode
+from ..core.record import Record
+from ..core.task import TaskSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What the settling side needs to know from the client."""
+
+    store_results: bool
+    track_state: bool
+    worker: str
+
+
+def _store(spec: TaskSpec | None, policy: Policy) -> bool:
+    if spec is None or spec.store_result is None:
+        return policy.store_results
+    return spec.store_result
+
+
+def succeeded(delivery: Delivery, message: Message, spec: TaskSpec, value: Any,
+              started_ms: int, finished_ms: int, policy: Policy) -> Settlement:
+    if not _store(spec, policy):
+        return Settlement(delivery, DONE, message.id, state=states.SUCCEEDED)
+    record = Record(id=message.id, task=message.task, queue=message.queue,
+                    state=states.SUCCEEDED, attempt=message.attempt, result=value,
+                    created_ms=message.created_ms, started_ms=started_ms,
+                    finished_ms=finished_ms, worker=policy.worker)
+    try:
+        data = record.to_bytes()
+    except (TypeError, ValueError, OverflowError) as exc:
+        error = TypeError(f"task result of type {type(value).__qualname__} cannot be stored: {exc}")
+        return failed(delivery, message, spec, error, started_ms, finished_ms, policy, retry=False)
+    return Settlement(delivery, DONE, message.id, data, True, state=states.SUCCEEDED)
+
+
+def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseException,
+           started_ms: int, finished_ms: int, policy: Policy, now_ms: int | None = None,
+           retry: bool = True) -> Settlement:
+    retry_policy = spec.retry.with_overrides(message.policy)
+    trace = "".join(tb.format_exception(error))
+    if retry and retry_policy.should_retry(message.attempt, error):
+        due = (now_ms or finished_ms) + int(retry_policy.delay_for(message.attempt, error) * 1000)
+        nxt = message.next_attempt(due)
+        record = b""
+        if policy.track_state:
+            record = _error_record(message, states.RETRYING, error, trace, started_ms,
+                                   finished_ms, policy).to_bytes()
+        return Settlement(delivery, RETRY, message.id, record, False, encode(nxt, 1 << 62), due,
+                          states.RETRYING)
+    reason = reasons.RETRIES_EXHAUSTED if retry_policy.retryable(error) else reasons.NOT_RETRYABLE
+    store = _store(spec, policy)
+    if spec.dead_letter:
+        letter = DeadLetter(id=message.id, queue=message.queue, task=message.task, reason=reason,
+                            payload=delivery.payload or b"", attempt=message.attempt,
+                            delivery_count=delivery.delivery_count,
+                            error_type=type(error).__qualname__, error_message=str(error),
+                            traceback=trace, dead_ms=finished_ms)
+        record = b""
+        if store or policy.track_state:
+            record = _error_record(message, states.DEAD_LETTERED, error, trace, started_ms,
+                                   finished_ms, policy, reason).to_bytes()
+        return Settlement(delivery, DEAD, message.id, record, bool(record), letter.to_bytes(),
+                          state=states.DEAD_LETTERED)
+    record = b""
+    if store or policy.track_state:
+        record = _error_record(message, states.FAILED, error, trace, started_ms, finished_ms,
+                               policy).to_bytes()
+    return Settlement(delivery, DONE, message.id, record, bool(record), state=states.FAILED)
+
+
+def _error_record(message: Message, state: str, error: BaseException, trace: str,
+                  started_ms: int, finished_ms: int, policy: Policy,
+                  reason: str | None = None) -> Record:
+    return Record(id=message.id, task=message.task, queue=message.queue, state=state,
+                  attempt=message.attempt, error_type=type(error).__qualname__,
+                  error_message=str(error), traceback=trace, reason=reason,
+                  created_ms=message.created_ms, started_ms=started_ms,
+                  finished_ms=finished_ms, worker=policy.worker)
+
+
+def rejected(delivery: Delivery, reason: str, now_ms: int, policy: Policy,
+             message: Message | None = None, detail: str = "") -> Settlement:
+    """Dead-letter a delivery that never ran: malformed, unknown task, too many deliveries."""
+    message_id = message.id if message else malformed_id(delivery.payload, delivery.entry_id)
+    letter = DeadLetter(id=message_id, queue=delivery.queue,
+                        task=message.task if message else None, reason=reason,
+                        payload=delivery.payload or b"",
+                        attempt=message.attempt if message else 0,
+                        delivery_count=delivery.delivery_count, error_message=detail or reason,
+                        dead_ms=now_ms)
+    record = b""
+    if message is not None and (policy.store_results or policy.track_state):
+        record = Record(id=message.id, task=message.task, queue=message.queue,
+                        state=states.DEAD_LETTERED, attempt=message.attempt, reason=reason,
+                        error_message=detail or reason, created_ms=message.created_ms,
+                        finished_ms=now_ms, worker=policy.worker).to_bytes()
+    return Settlement(delivery, DEAD, message_id, record, bool(record), letter.to_bytes(),
+                      state=states.DEAD_LETTERED)
+
+
+def requeued(delivery: Delivery, message_id: str) -> Settlement:
+    return Settlement(delivery, REQUEUE, message_id, body=delivery.payload or b"", state=states.QUEUED)

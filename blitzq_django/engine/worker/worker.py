@@ -1,0 +1,381 @@
+"""Worker: lifecycle of one worker process's event loop.
+
+fetch (XREADGROUP, at most `concurrency` unacked) -> execute (async tasks on the
+loop, `def` tasks on a bounded thread pool) -> settle (group commit). Beside it
+run the lease keeper (renew + recover) and the promoter (due scheduled messages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..brokers.base import Delivery, Settlement
+from ..client import Client
+from ..context import TaskContext, _current
+from ..core import deadletter as reasons
+from ..core import record as states
+from ..core.message import decode
+from ..core.task import TaskSpec
+from ..errors import BlitzqError, MessageDecodeError
+from . import outcome
+from .config import WorkerConfig
+from .flusher import Flusher
+
+log = logging.getLogger("blitzq.worker")
+
+FETCH_BACKOFF_MIN_S, FETCH_BACKOFF_MAX_S = 0.1, 5.0
+PROMOTE_LIMIT = 1000
+
+
+_STATE_COUNTERS = {
+    states.SUCCEEDED: "succeeded",
+    states.FAILED: "failed",
+    states.RETRYING: "retried",
+    states.DEAD_LETTERED: "dead_lettered",
+    states.QUEUED: "requeued",
+}
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Stats:
+    __slots__ = ("succeeded", "failed", "retried", "dead_lettered", "requeued", "lost_leases",
+                 "started_at")
+
+    def __init__(self) -> None:
+        self.succeeded = self.failed = self.retried = self.dead_lettered = 0
+        self.requeued = self.lost_leases = 0
+        self.started_at = time.monotonic()
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__slots__ if k != "started_at"}
+
+
+class Worker:
+    def __init__(
+        self,
+        client: Client,
+        config: WorkerConfig | None = None,
+        *,
+        around_sync_call: Sequence[Callable[[], Any]] = (),
+        **options: Any,
+    ) -> None:
+        self.client = client
+        self.broker = client.broker
+        self.config = config or WorkerConfig(**options)
+        queues = self.config.queues or tuple(sorted(client.registry.queues() | {client.default_queue}))
+        self.queues: tuple[str, ...] = queues
+        self.name = self.config.name
+        #: called in the worker thread before and after every `def` task (Django closes
+        #: stale DB connections here, as around a request)
+        self.around_sync_call = tuple(around_sync_call)
+        self.stats = Stats()
+        self._policy = outcome.Policy(client.store_results, client.track_state, self.name)
+        self._active: dict[tuple[str, str], Delivery] = {}
+        self._runners: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self._slot_free = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._forced = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._flusher: Flusher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def run(self, *, install_signal_handlers: bool = False) -> Stats:
+        self._loop = asyncio.get_running_loop()
+        self._pool = ThreadPoolExecutor(self.config.thread_count, thread_name_prefix="blitzq")
+        self._flusher = Flusher(self.broker, self.name, self._settled)
+        if install_signal_handlers:
+            self._install_signals()
+        await self.broker.prepare(self.queues)
+        log.info("worker %s serving %s (concurrency %d)", self.name, ",".join(self.queues),
+                 self.config.concurrency)
+        flushing = asyncio.create_task(self._flusher.run(), name="blitzq-flusher")
+        helpers = [asyncio.create_task(self._keep_leases(), name="blitzq-leases")]
+        if self.config.promote:
+            helpers.append(asyncio.create_task(self._promote_loop(), name="blitzq-promoter"))
+        try:
+            await self._fetch_loop()
+            await self._drain()
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            self._flusher.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(flushing, self.config.shutdown_timeout)
+            with contextlib.suppress(Exception):
+                await self.broker.retire(self.queues, self.name)
+            self._pool.shutdown(wait=not self._forced, cancel_futures=True)
+            with contextlib.suppress(Exception):
+                await self.broker.aclose()
+            log.info("worker %s stopped: %s", self.name, self.stats.as_dict())
+        return self.stats
+
+    def stop(self) -> None:
+        """Stop fetching, finish (or requeue) what is running, then return from run()."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            if self._stopping.is_set():
+                log.warning("second %s: forcing exit", signal.Signals(signum).name)
+                self._forced = True
+                self._slot_free.set()
+                return
+            log.info("%s: stopping gracefully (again to force)", signal.Signals(signum).name)
+            self._stopping.set()
+            self._slot_free.set()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+
+    async def _drain(self) -> None:
+        """Wait for running attempts up to shutdown_timeout; requeue what is left."""
+        deadline = time.monotonic() + self.config.shutdown_timeout
+        while self._active and not self._forced and time.monotonic() < deadline:
+            self._slot_free.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slot_free.wait(), deadline - time.monotonic())
+        for runner in list(self._runners.values()):
+            runner.cancel()  # the runner requeues its own message
+        if self._runners:
+            await asyncio.gather(*self._runners.values(), return_exceptions=True)
+        if self._active:
+            log.warning("%d thread attempt(s) still running at shutdown; their messages "
+                        "will be recovered after visibility_timeout", len(self._active))
+
+    # -- fetching ------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        cfg = self.config
+        block_ms = int((0.05 if cfg.burst else cfg.block_timeout) * 1000)
+        backoff = FETCH_BACKOFF_MIN_S
+        while not self._stopping.is_set():
+            free = cfg.concurrency - len(self._active)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._slot_free.wait()
+                continue
+            try:
+                deliveries = await self.broker.fetch(self.queues, self.name,
+                                                     min(free, cfg.batch_size), block_ms)
+            except (BlitzqError, OSError) as exc:
+                log.warning("fetch failed, retrying in %.1fs: %s", backoff, exc)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, FETCH_BACKOFF_MAX_S)
+                continue
+            backoff = FETCH_BACKOFF_MIN_S
+            for delivery in deliveries:
+                self._start(delivery)
+            if cfg.burst and not deliveries and not self._active and await self._nothing_due():
+                return
+
+    async def _nothing_due(self) -> bool:
+        if self._flusher is not None and self._flusher.backlog:
+            return False
+        if not self.config.promote:
+            return True
+        moved = 0
+        for queue in self.queues:
+            moved += (await self.broker.promote(queue, _ms(), PROMOTE_LIMIT))[0]
+        return moved == 0
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    # -- executing -----------------------------------------------------------
+
+    def _start(self, delivery: Delivery) -> None:
+        """Take one delivery: reject it, or run its attempt."""
+        key = (delivery.queue, delivery.entry_id)
+        self._active[key] = delivery
+        if self._stopping.is_set():
+            # Fetched as we were stopping: hand it straight back.
+            self._settle(outcome.requeued(delivery, delivery.entry_id))
+            return
+        try:
+            if delivery.payload is None:
+                raise MessageDecodeError("stream entry has no message field")
+            message = decode(delivery.payload, self.client.max_message_size)
+        except MessageDecodeError as exc:
+            log.error("dead-lettering malformed message %s on %s: %s",
+                      delivery.entry_id, delivery.queue, exc)
+            self._settle(outcome.rejected(delivery, reasons.MALFORMED, _ms(), self._policy,
+                                          detail=f"{reasons.MALFORMED}: {exc}"))
+            return
+        spec = self.client.registry.find(message.task)
+        if spec is None:
+            log.error("dead-lettering message %s: unknown task %r", message.id, message.task)
+            self._settle(outcome.rejected(delivery, reasons.UNKNOWN_TASK, _ms(), self._policy,
+                                          message, f"{reasons.UNKNOWN_TASK} {message.task!r}"))
+            return
+        if delivery.delivery_count > self.config.max_deliveries:
+            log.error("dead-lettering message %s: delivered %d times", message.id,
+                      delivery.delivery_count)
+            self._settle(outcome.rejected(delivery, reasons.MAX_DELIVERIES, _ms(), self._policy,
+                                          message))
+            return
+        context = TaskContext(id=message.id, name=spec.name, queue=message.queue,
+                              attempt=message.attempt,
+                              max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
+                              delivery_count=delivery.delivery_count, worker=self.name)
+        timeout = message.timeout or spec.timeout
+        if spec.is_async:
+            self._runners[key] = asyncio.get_running_loop().create_task(
+                self._run_async(delivery, message, spec, context, timeout))
+        else:
+            self._run_thread(delivery, message, spec, context, timeout)
+
+    async def _run_async(self, delivery: Delivery, message: Any, spec: TaskSpec,
+                         context: TaskContext, timeout: float | None) -> None:
+        key = (delivery.queue, delivery.entry_id)
+        started = _ms()
+        token = _current.set(context)
+        try:
+            if timeout is None:
+                value = await spec.func(*message.args, **message.kwargs)
+            else:
+                async with asyncio.timeout(timeout):
+                    value = await spec.func(*message.args, **message.kwargs)
+        except asyncio.CancelledError:
+            if self._stopping.is_set():
+                self._settle(outcome.requeued(delivery, message.id))
+                return
+            raise
+        except Exception as exc:
+            self._settle(outcome.failed(delivery, message, spec, exc, started, _ms(), self._policy))
+        else:
+            self._settle(outcome.succeeded(delivery, message, spec, value, started, _ms(),
+                                           self._policy))
+        finally:
+            _current.reset(token)
+            self._runners.pop(key, None)
+
+    def _run_thread(self, delivery: Delivery, message: Any, spec: TaskSpec,
+                    context: TaskContext, timeout: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        started = _ms()
+        deadline = time.monotonic() + timeout if timeout else None
+        hooks = self.around_sync_call
+
+        def call() -> Any:
+            token = _current.set(context)
+            try:
+                for hook in hooks:
+                    hook()
+                return spec.func(*message.args, **message.kwargs)
+            finally:
+                for hook in hooks:
+                    hook()
+                _current.reset(token)
+
+        def done(future: Any) -> None:
+            finished = _ms()
+            error = future.exception()
+            if deadline is not None and time.monotonic() > deadline:
+                # The thread kept its slot until it returned; the attempt still failed.
+                error = TimeoutError(f"task exceeded its timeout of {timeout} s")
+            if error is not None:
+                self._settle(outcome.failed(delivery, message, spec, error, started, finished,
+                                            self._policy))
+            else:
+                self._settle(outcome.succeeded(delivery, message, spec, future.result(),
+                                               started, finished, self._policy))
+
+        assert self._pool is not None
+        loop.run_in_executor(self._pool, call).add_done_callback(done)
+
+    # -- settling ------------------------------------------------------------
+
+    def _settle(self, settlement: Settlement) -> None:
+        assert self._flusher is not None
+        self._flusher.add(settlement)
+
+    def _settled(self, settlement: Settlement, ok: bool) -> None:
+        """Called by the flusher once a settlement is written (or refused)."""
+        key = (settlement.delivery.queue, settlement.delivery.entry_id)
+        self._active.pop(key, None)
+        self._slot_free.set()
+        if not ok:
+            self.stats.lost_leases += 1
+            log.warning("lease lost; message may be executed again (message %s, entry %s): "
+                        "its settlement was not written", settlement.message_id, key[1])
+            return
+        counter = _STATE_COUNTERS.get(settlement.state)
+        if counter is not None:
+            setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+
+    # -- leases and recovery --------------------------------------------------
+
+    async def _keep_leases(self) -> None:
+        cfg = self.config
+        next_recovery = time.monotonic() + min(cfg.recovery_s, 1.0)
+        while True:
+            await asyncio.sleep(min(cfg.heartbeat_s, max(0.0, next_recovery - time.monotonic())))
+            try:
+                await self._renew()
+                if time.monotonic() >= next_recovery and not self._stopping.is_set():
+                    next_recovery = time.monotonic() + cfg.recovery_s
+                    await self._recover()
+            except (BlitzqError, OSError) as exc:
+                log.warning("lease upkeep failed: %s", exc)
+
+    async def _renew(self) -> None:
+        deliveries = list(self._active.values())
+        if not deliveries:
+            return
+        lost = set(await self.broker.renew(self.name, deliveries))
+        for d in deliveries:
+            if d.entry_id in lost and (d.queue, d.entry_id) in self._active:
+                log.warning("lease lost; message may be executed again (entry %s on %s)",
+                            d.entry_id, d.queue)
+
+    async def _recover(self) -> None:
+        idle_ms = int(self.config.visibility_timeout * 1000)
+        for queue in self.queues:
+            free = self.config.concurrency - len(self._active)
+            if free <= 0:
+                return
+            claimed, deleted = await self.broker.recover(queue, self.name, idle_ms, free)
+            for entry_id in deleted:
+                log.error("entry %s on %s was deleted while pending; nothing to recover",
+                          entry_id, queue)
+            for delivery in claimed:
+                log.warning("recovered %s on %s (delivery %d)", delivery.entry_id, queue,
+                            delivery.delivery_count)
+                self._start(delivery)
+
+    # -- promotion -------------------------------------------------------------
+
+    async def _promote_loop(self) -> None:
+        poll = self.config.schedule_poll_interval
+        while True:
+            wait = poll
+            try:
+                now = _ms()
+                for queue in self.queues:
+                    _moved, next_due = await self.broker.promote(queue, now, PROMOTE_LIMIT)
+                    if next_due >= 0:
+                        wait = min(wait, max(0.0, (next_due - now) / 1000))
+            except (BlitzqError, OSError) as exc:
+                log.warning("promotion failed: %s", exc)
+            await asyncio.sleep(wait)
+
+
+async def run_worker(client: Client, **options: Any) -> Stats:
+    return await Worker(client, **options).run()

