@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .brokers.base import Broker, Enqueue
 from .core import record as states
@@ -15,6 +15,9 @@ from .core.message import DEFAULT_MAX_MESSAGE_SIZE, Message, encode
 from .core.record import Record
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
 from .errors import ConfigurationError, ResultTimeout
+
+if TYPE_CHECKING:
+    from .dead_letters import DeadLetters
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -124,6 +127,13 @@ class Client:
             ids = await self.broker.aenqueue([item for _, item in chunk])
             handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk)]
         return handles
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        """List, replay and purge dead letters (sync and async methods)."""
+        from .dead_letters import DeadLetters
+
+        return DeadLetters(self)
 
     # -- results and state ---------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..core.record import Record
 
@@ -41,6 +41,9 @@ class Settlement:
     body: bytes = b""  # RETRY/REQUEUE: encoded message; DEAD: encoded dead letter
     due_ms: int = 0  # RETRY: when the next attempt is due
     state: str = ""  # the record state this settlement means (for stats and events)
+    # For the worker's failure hooks once the settlement is written; never sent to the broker.
+    failure: Any = None  # Record of the failed attempt
+    letter: Any = None  # DeadLetter
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..core.deadletter import DeadLetter
 from ..core.record import Record
 from .base import DEAD, REQUEUE, RETRY, Delivery, Enqueue, Settlement
 
@@ -174,6 +175,58 @@ class MemoryBroker:
             q = self._queue(queue)
             return {"ready": len(q.ready), "pending": len(q.pending),
                     "scheduled": len(q.schedule), "dead_letters": len(q.dead)}
+
+    # -- dead letters --------------------------------------------------------
+
+    def dead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]:
+        with self._lock:
+            dead = list(self._queue(queue).dead.items())
+        return [i for i, body in reversed(dead)
+                if min_ms <= DeadLetter.from_bytes(body).dead_ms <= max_ms]
+
+    def dead_letter_bodies(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        with self._lock:
+            dead = self._queue(queue).dead
+            return [dead.get(i) for i in ids]
+
+    def replay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
+        done = 0
+        with self._lock:
+            q = self._queue(queue)
+            for dead_id, new_id, payload in items:
+                if q.dead.pop(dead_id, None) is not None:
+                    self._records.pop((queue, new_id), None)
+                    q.ready.append((self._entry_id(), payload))
+                    done += 1
+            self._wake()
+        return done
+
+    def remove_dead_letters(self, queue: str, ids: Sequence[str]) -> int:
+        with self._lock:
+            dead = self._queue(queue).dead
+            return sum(dead.pop(i, None) is not None for i in ids)
+
+    def purge_dead_letters(self, queue: str) -> int:
+        with self._lock:
+            dead = self._queue(queue).dead
+            count = len(dead)
+            dead.clear()
+            return count
+
+    async def adead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]:
+        return self.dead_letter_ids(queue, min_ms, max_ms)
+
+    async def adead_letter_bodies(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        return self.dead_letter_bodies(queue, ids)
+
+    async def areplay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
+        return self.replay_dead_letters(queue, items)
+
+    async def aremove_dead_letters(self, queue: str, ids: Sequence[str]) -> int:
+        return self.remove_dead_letters(queue, ids)
+
+    async def apurge_dead_letters(self, queue: str) -> int:
+        return self.purge_dead_letters(queue)
 
     # -- worker --------------------------------------------------------------
 

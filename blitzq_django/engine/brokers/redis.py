@@ -166,6 +166,56 @@ class RedisBroker:
         return {"ready": ready - pending, "pending": pending, "scheduled": scheduled,
                 "dead_letters": dead}
 
+    # -- dead letters --------------------------------------------------------
+
+    def _dl_ids(self, queue: str, min_ms: int, max_ms: int) -> Op:
+        return ops.dead_letter_ids(self.keys.queue(queue), min_ms, max_ms)
+
+    def _dl_replay(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> Op:
+        return ops.replay_dead_letters(self.keys.queue(queue), items, self.mode)
+
+    def _dl_purge(self, queue: str) -> Op:
+        keys = self.keys.queue(queue)
+        return ops.delete(keys.dead_letters, keys.dead_letter_data)
+
+    def dead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]:
+        return self.sync.run(self._dl_ids(queue, min_ms, max_ms))
+
+    async def adead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]:
+        return await self.aio.run(self._dl_ids(queue, min_ms, max_ms))
+
+    def dead_letter_bodies(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        return self.sync.run(ops.dead_letter_bodies(self.keys.queue(queue), ids)) if ids else []
+
+    async def adead_letter_bodies(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        if not ids:
+            return []
+        return await self.aio.run(ops.dead_letter_bodies(self.keys.queue(queue), ids))
+
+    def replay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
+        return self.sync.run(self._dl_replay(queue, items)) if items else 0
+
+    async def areplay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
+        return await self.aio.run(self._dl_replay(queue, items)) if items else 0
+
+    def remove_dead_letters(self, queue: str, ids: Sequence[str]) -> int:
+        return self.sync.run(ops.remove_dead_letters(self.keys.queue(queue), ids)) if ids else 0
+
+    async def aremove_dead_letters(self, queue: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        return await self.aio.run(ops.remove_dead_letters(self.keys.queue(queue), ids))
+
+    def purge_dead_letters(self, queue: str) -> int:
+        count = self.sync.run(ops.zcard(self.keys.queue(queue).dead_letters))
+        self.sync.run(self._dl_purge(queue))
+        return count
+
+    async def apurge_dead_letters(self, queue: str) -> int:
+        count = await self.aio.run(ops.zcard(self.keys.queue(queue).dead_letters))
+        await self.aio.run(self._dl_purge(queue))
+        return count
+
     # -- worker --------------------------------------------------------------
 
     async def prepare(self, queues: Sequence[str]) -> None:

@@ -23,6 +23,8 @@ class TaskSpec:
     store_result: bool | None = None  # None = the client's store_results
     dead_letter: bool = True  # False: a final failure is recorded as failed instead
     is_async: bool = False
+    on_failure: Callable[[Any], Any] | None = None  # called with the Record of each failed attempt
+    on_dead_letter: Callable[[Any], Any] | None = None  # called with the DeadLetter
 
     @classmethod
     def build(cls, func: Callable[..., Any], **options: Any) -> TaskSpec:

@@ -168,6 +168,41 @@ def retire(keys: QueueKeys, consumer: str) -> Op:
     return Op(script=scripts.RETIRE, keys=(keys.stream,), args=(GROUP, consumer), parse=bool)
 
 
+# -- dead letters -------------------------------------------------------------
+
+
+def dead_letter_ids(keys: QueueKeys, min_ms: int, max_ms: int) -> Op:
+    """Ids newest first, dead-lettered between min_ms and max_ms."""
+    return Op(command=("ZREVRANGEBYSCORE", keys.dead_letters, max_ms, min_ms),
+              parse=lambda reply: [_text(r) for r in reply])
+
+
+def dead_letter_bodies(keys: QueueKeys, ids: Sequence[str]) -> Op:
+    return Op(command=("HMGET", keys.dead_letter_data, *ids))
+
+
+def replay_dead_letters(keys: QueueKeys, items: Sequence[tuple[str, str, bytes]],
+                        mode: str = "s") -> Op:
+    """Items are (dead letter id, id of the message to enqueue, its encoding)."""
+    args: list[Arg] = ["replay", mode]
+    for dead_id, _new_id, payload in items:
+        args += [dead_id, payload]
+    return Op(script=scripts.DEAD_LETTERS,
+              keys=(keys.stream if mode == "s" else keys.list, keys.dead_letters,
+                    keys.dead_letter_data, *(keys.record(new_id) for _, new_id, _ in items)),
+              args=args, parse=int)
+
+
+def remove_dead_letters(keys: QueueKeys, ids: Sequence[str]) -> Op:
+    return Op(script=scripts.DEAD_LETTERS,
+              keys=(keys.stream, keys.dead_letters, keys.dead_letter_data),
+              args=("remove", "s", *ids), parse=int)
+
+
+def delete(*keys: str) -> Op:
+    return Op(command=("DEL", *keys), parse=int)
+
+
 # -- reading state -----------------------------------------------------------
 
 

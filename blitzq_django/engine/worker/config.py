@@ -29,6 +29,8 @@ class WorkerConfig:
     promote: bool = True
     shutdown_timeout: float = 30.0
     burst: bool = False  # drain the queues, then stop
+    max_tasks: int = 0  # stop gracefully after settling this many messages (0 = never)
+    max_memory_mb: int = 0  # stop gracefully once resident memory exceeds this (0 = never)
     name: str = field(default_factory=default_name)
 
     def __post_init__(self) -> None:

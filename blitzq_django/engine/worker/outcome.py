@@ -47,38 +47,35 @@ def succeeded(delivery: Delivery, message: Message, spec: TaskSpec, value: Any,
 
 
 def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseException,
-           started_ms: int, finished_ms: int, policy: Policy, now_ms: int | None = None,
-           retry: bool = True) -> Settlement:
+           started_ms: int, finished_ms: int, policy: Policy, retry: bool = True) -> Settlement:
     retry_policy = spec.retry.with_overrides(message.policy)
     trace = "".join(tb.format_exception(error))
+    store = _store(spec, policy) or policy.track_state
     if retry and retry_policy.should_retry(message.attempt, error):
-        due = (now_ms or finished_ms) + int(retry_policy.delay_for(message.attempt, error) * 1000)
-        nxt = message.next_attempt(due)
-        record = b""
-        if policy.track_state:
-            record = _error_record(message, states.RETRYING, error, trace, started_ms,
-                                   finished_ms, policy).to_bytes()
-        return Settlement(delivery, RETRY, message.id, record, False, encode(nxt, 1 << 62), due,
-                          states.RETRYING)
+        due = finished_ms + int(retry_policy.delay_for(message.attempt, error) * 1000)
+        failure = _error_record(message, states.RETRYING, error, trace, started_ms, finished_ms,
+                                policy)
+        record = failure.to_bytes() if policy.track_state else b""
+        return Settlement(delivery, RETRY, message.id, record, False,
+                          encode(message.next_attempt(due), 1 << 62), due, states.RETRYING,
+                          failure=failure)
+    if not spec.dead_letter:
+        failure = _error_record(message, states.FAILED, error, trace, started_ms, finished_ms,
+                                policy)
+        record = failure.to_bytes() if store else b""
+        return Settlement(delivery, DONE, message.id, record, bool(record), state=states.FAILED,
+                          failure=failure)
     reason = reasons.RETRIES_EXHAUSTED if retry_policy.retryable(error) else reasons.NOT_RETRYABLE
-    store = _store(spec, policy)
-    if spec.dead_letter:
-        letter = DeadLetter(id=message.id, queue=message.queue, task=message.task, reason=reason,
-                            payload=delivery.payload or b"", attempt=message.attempt,
-                            delivery_count=delivery.delivery_count,
-                            error_type=type(error).__qualname__, error_message=str(error),
-                            traceback=trace, dead_ms=finished_ms)
-        record = b""
-        if store or policy.track_state:
-            record = _error_record(message, states.DEAD_LETTERED, error, trace, started_ms,
-                                   finished_ms, policy, reason).to_bytes()
-        return Settlement(delivery, DEAD, message.id, record, bool(record), letter.to_bytes(),
-                          state=states.DEAD_LETTERED)
-    record = b""
-    if store or policy.track_state:
-        record = _error_record(message, states.FAILED, error, trace, started_ms, finished_ms,
-                               policy).to_bytes()
-    return Settlement(delivery, DONE, message.id, record, bool(record), state=states.FAILED)
+    letter = DeadLetter(id=message.id, queue=message.queue, task=message.task, reason=reason,
+                        payload=delivery.payload or b"", attempt=message.attempt,
+                        delivery_count=delivery.delivery_count,
+                        error_type=type(error).__qualname__, error_message=str(error),
+                        traceback=trace, dead_ms=finished_ms)
+    failure = _error_record(message, states.DEAD_LETTERED, error, trace, started_ms, finished_ms,
+                            policy, reason)
+    record = failure.to_bytes() if store else b""
+    return Settlement(delivery, DEAD, message.id, record, bool(record), letter.to_bytes(),
+                      state=states.DEAD_LETTERED, failure=failure, letter=letter)
 
 
 def _error_record(message: Message, state: str, error: BaseException, trace: str,
@@ -108,7 +105,7 @@ def rejected(delivery: Delivery, reason: str, now_ms: int, policy: Policy,
                         error_message=detail or reason, created_ms=message.created_ms,
                         finished_ms=now_ms, worker=policy.worker).to_bytes()
     return Settlement(delivery, DEAD, message_id, record, bool(record), letter.to_bytes(),
-                      state=states.DEAD_LETTERED)
+                      state=states.DEAD_LETTERED, letter=letter)
 
 
 def requeued(delivery: Delivery, message_id: str) -> Settlement:

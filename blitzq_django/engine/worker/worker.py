@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -67,6 +68,8 @@ class Worker:
         config: WorkerConfig | None = None,
         *,
         around_sync_call: Sequence[Callable[[], Any]] = (),
+        on_failure: Sequence[Callable[[Any], Any]] = (),
+        on_dead_letter: Sequence[Callable[[Any], Any]] = (),
         **options: Any,
     ) -> None:
         self.client = client
@@ -78,6 +81,11 @@ class Worker:
         #: called in the worker thread before and after every `def` task (Django closes
         #: stale DB connections here, as around a request)
         self.around_sync_call = tuple(around_sync_call)
+        #: global failure hooks, after each task's own: called with the failed attempt's
+        #: Record / the DeadLetter once the settlement is written
+        self.on_failure = tuple(on_failure)
+        self.on_dead_letter = tuple(on_dead_letter)
+        self._settled_count = 0
         self.stats = Stats()
         self._policy = outcome.Policy(client.store_results, client.track_state, self.name)
         self._active: dict[tuple[str, str], Delivery] = {}
@@ -88,6 +96,7 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None
         self._flusher: Flusher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._hooks: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -121,6 +130,11 @@ class Worker:
                 await self.broker.aclose()
             log.info("worker %s stopped: %s", self.name, self.stats.as_dict())
         return self.stats
+
+    @property
+    def forced(self) -> bool:
+        """A second signal asked to exit without waiting for running attempts."""
+        return self._forced
 
     def stop(self) -> None:
         """Stop fetching, finish (or requeue) what is running, then return from run()."""
@@ -319,6 +333,37 @@ class Worker:
         counter = _STATE_COUNTERS.get(settlement.state)
         if counter is not None:
             setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        if settlement.failure is not None or settlement.letter is not None:
+            self._call_hooks(settlement)
+        self._settled_count += 1
+        if self.config.max_tasks and self._settled_count >= self.config.max_tasks:
+            if not self._stopping.is_set():
+                log.info("worker %s settled %d messages (max_tasks): recycling", self.name,
+                         self._settled_count)
+                self._stopping.set()
+
+    def _call_hooks(self, settlement: Settlement) -> None:
+        spec = self.client.registry.find(settlement.failure.task if settlement.failure else
+                                         settlement.letter.task or "")
+        calls: list[tuple[Callable[[Any], Any], Any]] = []
+        if settlement.failure is not None:
+            own = [spec.on_failure] if spec is not None and spec.on_failure else []
+            calls += [(hook, settlement.failure) for hook in (*own, *self.on_failure)]
+        if settlement.letter is not None:
+            own = [spec.on_dead_letter] if spec is not None and spec.on_dead_letter else []
+            calls += [(hook, settlement.letter) for hook in (*own, *self.on_dead_letter)]
+        for hook, value in calls:
+            if asyncio.iscoroutinefunction(hook):
+                self._hooks.add(task := asyncio.get_running_loop().create_task(hook(value)))
+                task.add_done_callback(self._hook_done)
+            else:
+                assert self._pool is not None
+                asyncio.get_running_loop().run_in_executor(self._pool, _safe_call, hook, value)
+
+    def _hook_done(self, task: asyncio.Task[Any]) -> None:
+        self._hooks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("failure hook raised", exc_info=task.exception())
 
     # -- leases and recovery --------------------------------------------------
 
@@ -327,6 +372,13 @@ class Worker:
         next_recovery = time.monotonic() + min(cfg.recovery_s, 1.0)
         while True:
             await asyncio.sleep(min(cfg.heartbeat_s, max(0.0, next_recovery - time.monotonic())))
+            if self.config.max_memory_mb and not self._stopping.is_set():
+                rss = resident_mb()
+                if rss > self.config.max_memory_mb:
+                    log.warning("worker %s uses %.0f MiB (max_memory_mb %d): recycling",
+                                self.name, rss, self.config.max_memory_mb)
+                    self._stopping.set()
+                    self._slot_free.set()
             try:
                 await self._renew()
                 if time.monotonic() >= next_recovery and not self._stopping.is_set():
@@ -375,6 +427,24 @@ class Worker:
             except (BlitzqError, OSError) as exc:
                 log.warning("promotion failed: %s", exc)
             await asyncio.sleep(wait)
+
+
+def _safe_call(hook: Callable[[Any], Any], value: Any) -> None:
+    try:
+        hook(value)
+    except Exception:
+        log.exception("failure hook %r raised", hook)
+
+
+def resident_mb() -> float:
+    """Current resident set size of this process in MiB."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 async def run_worker(client: Client, **options: Any) -> Stats:

@@ -1,0 +1,123 @@
+"""Command line of the engine: ``python -m blitzq_django.engine worker module:client``.
+
+The Django ``runworker`` command shares these options and the way they are run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .client import Client
+from .errors import BlitzqError
+from .supervisor import Supervisor
+from .worker import Worker, WorkerConfig
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--queues", "-Q", default="", help="comma-separated queues (default: every known queue)")
+    add("--concurrency", "-c", type=int, default=None, help="attempts running at once per process")
+    add("--threads", type=int, default=None, help="thread pool size for def tasks")
+    add("--batch-size", type=int, default=None)
+    add("--burst", action="store_true", help="drain the queues, then exit")
+    add("--processes", "-p", type=int, default=1,
+        help="run this many worker processes under a supervisor that restarts dead ones")
+    add("--max-tasks-per-child", type=int, default=0,
+        help="recycle a worker process after this many messages (0 = never)")
+    add("--max-memory-per-child", type=int, default=0,
+        help="recycle a worker process above this resident memory in MiB (0 = never)")
+    add("--visibility-timeout", type=float, default=None)
+    add("--max-deliveries", type=int, default=None)
+    add("--shutdown-timeout", type=float, default=None)
+    add("--no-promote", action="store_true", help="do not move due scheduled messages")
+    add("--name", default=None, help="consumer name (default host:pid:random)")
+
+
+def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = None) -> WorkerConfig:
+    """Build a WorkerConfig from parsed options over settings-provided defaults."""
+    values: dict[str, Any] = dict(defaults or {})
+    queues = [q.strip() for q in (options.get("queues") or "").split(",") if q.strip()]
+    if queues:
+        values["queues"] = tuple(queues)
+    for option, field in (("concurrency", "concurrency"), ("threads", "threads"),
+                          ("batch_size", "batch_size"), ("visibility_timeout", "visibility_timeout"),
+                          ("max_deliveries", "max_deliveries"),
+                          ("shutdown_timeout", "shutdown_timeout"), ("name", "name")):
+        if options.get(option) is not None:
+            values[field] = options[option]
+    values["burst"] = bool(options.get("burst"))
+    values["promote"] = not options.get("no_promote")
+    values["max_tasks"] = options.get("max_tasks_per_child") or 0
+    values["max_memory_mb"] = options.get("max_memory_per_child") or 0
+    return WorkerConfig(**values)
+
+
+def child_argv(argv: Sequence[str]) -> list[str]:
+    """The same command line without the supervisor's own option."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--processes", "-p"):
+            skip = True
+            continue
+        if arg.startswith("--processes="):
+            continue
+        out.append(arg)
+    return out
+
+
+def run(client: Client, config: WorkerConfig, processes: int, argv: Sequence[str],
+        **worker_kwargs: Any) -> int:
+    """Run one worker in this process, or supervise ``processes`` children."""
+    if processes > 1:
+        return Supervisor(child_argv(argv), processes,
+                          shutdown_timeout=config.shutdown_timeout).run()
+    worker = Worker(client, config, **worker_kwargs)
+    asyncio.run(worker.run(install_signal_handlers=True))
+    if worker.forced:
+        os._exit(1)  # threads may still run user code; a forced stop does not wait for them
+    return 0
+
+
+def _load(path: str) -> Client:
+    module_name, _, attr = path.partition(":")
+    value: Any = importlib.import_module(module_name)
+    for part in (attr or "client").split("."):
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, Client):
+        value = value()
+    if not isinstance(value, Client):
+        raise SystemExit(f"{path} is not a blitzq Client")
+    return value
+
+
+def main(argv: Sequence[str] | None = None,
+         load: Callable[[str], Client] = _load) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m blitzq_django.engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    worker_parser = sub.add_parser("worker", help="run a worker")
+    worker_parser.add_argument("app", help="module:attribute of a Client (or a factory of one)")
+    worker_parser.add_argument("--log-level", default=os.environ.get("BLITZQ_LOG_LEVEL", "INFO"))
+    add_worker_arguments(worker_parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
+    try:
+        client = load(args.app)
+        config = worker_config(vars(args))
+        return run(client, config, args.processes, [sys.executable, "-m", "blitzq_django.engine",
+                                                    *argv])
+    except BlitzqError as exc:
+        print(f"blitzq: {exc}", file=sys.stderr)
+        return 2

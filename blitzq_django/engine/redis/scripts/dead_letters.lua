@@ -1,0 +1,29 @@
+-- dead_letters: replay or remove dead letters of one queue, atomically. An id
+-- no longer in the store (replayed or purged meanwhile) is skipped, so two
+-- concurrent replays never run a message twice.
+--
+-- KEYS[1] ready stream or list  KEYS[2] dead letters zset  KEYS[3] dead letter data hash
+-- KEYS[3+i] (replay) record key of the i-th replayed message, deleted so that
+--           get_result waits for the new attempt instead of the old dead letter
+-- ARGV[1] action: "replay" | "remove"   ARGV[2] mode: "s" stream | "l" list
+-- ARGV[3..] replay: pairs (dead letter id, encoded message to enqueue); remove: ids
+-- Reply: the number of dead letters replayed or removed.
+local done = 0
+local step = 1
+if ARGV[1] == "replay" then step = 2 end
+for i = 3, #ARGV, step do
+  local id = ARGV[i]
+  if redis.call("HDEL", KEYS[3], id) == 1 then
+    redis.call("ZREM", KEYS[2], id)
+    if step == 2 then
+      redis.call("DEL", KEYS[3 + (i - 1) / 2])
+      if ARGV[2] == "l" then
+        redis.call("LPUSH", KEYS[1], ARGV[i + 1])
+      else
+        redis.call("XADD", KEYS[1], "*", "m", ARGV[i + 1])
+      end
+    end
+    done = done + 1
+  end
+end
+return done
