@@ -46,12 +46,10 @@ def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = Non
     queues = [q.strip() for q in (options.get("queues") or "").split(",") if q.strip()]
     if queues:
         values["queues"] = tuple(queues)
-    for option, field in (("concurrency", "concurrency"), ("threads", "threads"),
-                          ("batch_size", "batch_size"), ("visibility_timeout", "visibility_timeout"),
-                          ("max_deliveries", "max_deliveries"),
-                          ("shutdown_timeout", "shutdown_timeout"), ("name", "name")):
-        if options.get(option) is not None:
-            values[field] = options[option]
+    for field in ("concurrency", "threads", "batch_size", "visibility_timeout",
+                  "max_deliveries", "shutdown_timeout", "name"):
+        if options.get(field) is not None:
+            values[field] = options[field]
     values["burst"] = bool(options.get("burst"))
     values["promote"] = not options.get("no_promote")
     values["max_tasks"] = options.get("max_tasks_per_child") or 0

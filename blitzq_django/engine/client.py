@@ -90,7 +90,8 @@ class Client:
         return message, Enqueue(message.queue, message.id, payload, eta_ms or 0, record,
                                 message.idempotency_key)
 
-    def enqueue(self, spec: TaskSpec, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+    def enqueue(self, spec: TaskSpec, args: Sequence[Any] = (),
+                kwargs: dict[str, Any] | None = None,
                 call: CallOptions | None = None) -> TaskHandle:
         message, item = self.build(spec, args, kwargs or {}, call)
         (message_id,) = self.broker.enqueue([item])
@@ -114,7 +115,7 @@ class Client:
         for start in range(0, len(built), MAX_BATCH):
             chunk = built[start:start + MAX_BATCH]
             ids = self.broker.enqueue([item for _, item in chunk])
-            handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk)]
+            handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk, strict=True)]
         return handles
 
     async def aenqueue_many(self, spec: TaskSpec,
@@ -125,7 +126,7 @@ class Client:
         for start in range(0, len(built), MAX_BATCH):
             chunk = built[start:start + MAX_BATCH]
             ids = await self.broker.aenqueue([item for _, item in chunk])
-            handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk)]
+            handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk, strict=True)]
         return handles
 
     @property
@@ -137,7 +138,8 @@ class Client:
 
     # -- results and state ---------------------------------------------------
 
-    def get_result(self, message_id: str, timeout: float = 0.0, *, queue: str | None = None) -> Record:
+    def get_result(self, message_id: str, timeout: float = 0.0, *,
+                   queue: str | None = None) -> Record:
         """The final record, waiting up to ``timeout`` seconds for it."""
         queue = queue or self.default_queue
         record = self.broker.wait_record(queue, message_id, timeout)
@@ -303,7 +305,8 @@ class Task(Generic[P, R]):
 def _calls(calls: Iterable[Any]) -> list[tuple[Sequence[Any], dict[str, Any]]]:
     out = []
     for c in calls:
-        if isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], dict) and isinstance(c[0], list | tuple):
+        pair = isinstance(c, tuple) and len(c) == 2
+        if pair and isinstance(c[0], list | tuple) and isinstance(c[1], dict):
             out.append((c[0], c[1]))
         else:
             out.append((tuple(c), {}))

@@ -107,7 +107,8 @@ class MemoryBroker:
                 else:
                     q.ready.append((self._entry_id(), item.payload))
                 if item.record:
-                    self._records[(item.queue, item.message_id)] = (now + self.record_ttl, item.record)
+                    expires = now + self.record_ttl
+                    self._records[(item.queue, item.message_id)] = (expires, item.record)
                 ids.append(item.message_id)
             self._wake()
         return ids
@@ -219,7 +220,8 @@ class MemoryBroker:
     async def adead_letter_bodies(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
         return self.dead_letter_bodies(queue, ids)
 
-    async def areplay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
+    async def areplay_dead_letters(self, queue: str,
+                                   items: Sequence[tuple[str, str, bytes]]) -> int:
         return self.replay_dead_letters(queue, items)
 
     async def aremove_dead_letters(self, queue: str, ids: Sequence[str]) -> int:

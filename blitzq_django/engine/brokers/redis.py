@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio
-from redis.exceptions import ResponseError
 
 from ..core.record import Record
+from ..errors import BrokerError
 from ..redis import ops
 from ..redis.keys import Keyspace
 from ..redis.ops import Op
@@ -75,7 +75,9 @@ class RedisBroker:
     def _enqueue_op(self, item: Enqueue) -> Op:
         keys = self.keys.queue(item.queue)
         if not (item.due_ms or item.record or item.idempotency_key):
-            return ops.xadd(keys, item.payload) if self.mode == "s" else ops.lpush(keys, item.payload)
+            if self.mode == "s":
+                return ops.xadd(keys, item.payload)
+            return ops.lpush(keys, item.payload)
         return ops.enqueue(
             keys,
             payload=item.payload,
@@ -91,7 +93,8 @@ class RedisBroker:
     @staticmethod
     def _ids(items: Sequence[Enqueue], replies: list[Any]) -> list[str]:
         # A deduplicated enqueue answers with the id already holding the key.
-        return [r[1] if isinstance(r, tuple) else i.message_id for i, r in zip(items, replies)]
+        pairs = zip(items, replies, strict=True)
+        return [r[1] if isinstance(r, tuple) else i.message_id for i, r in pairs]
 
     def enqueue(self, items: Sequence[Enqueue]) -> list[str]:
         if len(items) == 1:
@@ -195,7 +198,8 @@ class RedisBroker:
     def replay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
         return self.sync.run(self._dl_replay(queue, items)) if items else 0
 
-    async def areplay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
+    async def areplay_dead_letters(self, queue: str,
+                                   items: Sequence[tuple[str, str, bytes]]) -> int:
         return await self.aio.run(self._dl_replay(queue, items)) if items else 0
 
     def remove_dead_letters(self, queue: str, ids: Sequence[str]) -> int:
@@ -221,8 +225,8 @@ class RedisBroker:
     async def prepare(self, queues: Sequence[str]) -> None:
         for queue in queues:
             try:
-                await self.aio.client.execute_command(*ops.create_group(self.keys.queue(queue)).command)
-            except ResponseError as exc:
+                await self.aio.run(ops.create_group(self.keys.queue(queue)))
+            except BrokerError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
 
@@ -247,12 +251,11 @@ class RedisBroker:
         batch = []
         for queue, indexes in by_queue.items():
             keys = self.keys.queue(queue)
-            items = []
+            items: list[tuple[str, str, str, bytes, int, bytes, int]] = []
             for i in indexes:
                 s = settlements[i]
-                channel = keys.done_channel(s.message_id) if s.notify else ""
-                items.append((s.kind, s.delivery.entry_id, s.message_id, s.record, channel,
-                              s.body, s.due_ms))
+                items.append((s.kind, s.delivery.entry_id, s.message_id, s.record,
+                              int(s.notify), s.body, s.due_ms))
             batch.append(ops.complete(keys, consumer, items, record_ttl=self.record_ttl,
                                       dead_letter_max=self.dead_letter_max, now_ms=now_ms))
         replies = await self.aio.run_many(batch)

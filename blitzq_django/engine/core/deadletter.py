@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 from .message import Message, decode, pack, peek_id, unpack
 
@@ -17,7 +17,7 @@ NOT_RETRYABLE = "not retryable"
 class DeadLetter:
     id: str
     queue: str
-    task: str | None
+    task: str | None = None
     reason: str
     payload: bytes  # the message as it was received, so it can be replayed
     attempt: int = 1
@@ -28,7 +28,8 @@ class DeadLetter:
     dead_ms: int = 0
 
     def to_bytes(self) -> bytes:
-        return pack(asdict(self))
+        # Hand-rolled rather than dataclasses.asdict, which deep-copies: this runs per message.
+        return pack({f: v for f in _FIELDS if (v := getattr(self, f)) is not None})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> DeadLetter:
@@ -47,3 +48,6 @@ class DeadLetter:
 def malformed_id(payload: bytes | None, entry_id: str) -> str:
     """An id for a dead letter whose bytes are not a message."""
     return (payload and peek_id(payload)) or f"malformed:{entry_id}"
+
+
+_FIELDS = tuple(f.name for f in fields(DeadLetter))

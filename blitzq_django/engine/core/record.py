@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from .message import pack, unpack
@@ -45,10 +45,14 @@ class Record:
         return self.state == SUCCEEDED
 
     def to_bytes(self) -> bytes:
-        return pack(asdict(self))
+        # Hand-rolled rather than dataclasses.asdict, which deep-copies: this runs per message.
+        return pack({f: v for f in _FIELDS if (v := getattr(self, f)) is not None})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Record:
         fields = unpack(data)
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in fields.items() if k in known})
+
+
+_FIELDS = tuple(f.name for f in fields(Record))

@@ -23,7 +23,8 @@ class RetryPolicy:
         if self.retries < 0:
             raise ConfigurationError("retries must be >= 0")
         if self.initial_delay < 0 or self.max_delay < 0 or self.factor < 1:
-            raise ConfigurationError("backoff needs initial_delay >= 0, max_delay >= 0, factor >= 1")
+            raise ConfigurationError(
+                "backoff needs initial_delay >= 0, max_delay >= 0 and factor >= 1")
 
     @property
     def max_attempts(self) -> int:

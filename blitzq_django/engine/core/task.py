@@ -57,6 +57,10 @@ def _policy_fields(policy: RetryPolicy) -> dict[str, Any]:
     return {f: getattr(policy, f) for f in RetryPolicy.__dataclass_fields__}
 
 
+def _qualname(func: Callable[..., Any]) -> str:
+    return f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', repr(func))}"
+
+
 class TaskRegistry:
     """Task name -> TaskSpec. A worker runs only what its registry knows."""
 
@@ -65,10 +69,10 @@ class TaskRegistry:
 
     def add(self, spec: TaskSpec) -> TaskSpec:
         existing = self._specs.get(spec.name)
-        if existing is not None and existing.func is not spec.func:
-            # Re-registration by module reload (autoreload, tests) replaces the old one.
-            if getattr(existing.func, "__qualname__", None) != getattr(spec.func, "__qualname__", None):
-                raise ConfigurationError(f"task name {spec.name!r} is registered twice")
+        # Re-registration by a module reload (autoreload, tests) replaces the old one;
+        # two different functions under one name is a mistake.
+        if existing is not None and _qualname(existing.func) != _qualname(spec.func):
+            raise ConfigurationError(f"task name {spec.name!r} is registered twice")
         self._specs[spec.name] = spec
         return spec
 

@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from . import scripts
 from .keys import GROUP, QueueKeys
 from .scripts import Script
@@ -112,23 +114,20 @@ def _field(fields: Any, name: bytes) -> bytes | None:
 def complete(
     keys: QueueKeys,
     consumer: str,
-    items: Sequence[tuple[str, str, str, bytes, str, bytes, int]],
+    items: Sequence[tuple[str, str, str, bytes, int, bytes, int]],
     *,
     record_ttl: int,
     dead_letter_max: int,
     now_ms: int,
 ) -> Op:
-    """Settle deliveries: items are (kind, entry id, message id, record, channel, body, due)."""
-    args: list[Arg] = [GROUP, consumer, record_ttl, dead_letter_max, now_ms]
-    record_keys = []
-    for item in items:
-        args.extend(item)
-        record_keys.append(keys.record(item[2]))
+    """Settle deliveries: items are (kind, entry id, message id, record, notify, body, due)."""
     return Op(
         script=scripts.COMPLETE,
         keys=(keys.stream, keys.schedule, keys.schedule_data, keys.dead_letters,
-              keys.dead_letter_data, *record_keys),
-        args=args,
+              keys.dead_letter_data),
+        args=(GROUP, consumer, record_ttl, dead_letter_max, now_ms, keys.record(""),
+              # Old-style msgpack (no bin type): Redis's Lua cmsgpack cannot read bin.
+              keys.done_channel(""), msgpack.packb(items, use_bin_type=False)),
         parse=lambda reply: [bool(r) for r in reply],
     )
 

@@ -45,7 +45,8 @@ class WorkerConfig:
         if self.max_deliveries < 1:
             raise ConfigurationError("max_deliveries must be >= 1")
         if self.batch_size < 1 or self.block_timeout <= 0 or self.schedule_poll_interval <= 0:
-            raise ConfigurationError("batch_size, block_timeout and schedule_poll_interval must be > 0")
+            raise ConfigurationError(
+                "batch_size, block_timeout and schedule_poll_interval must be > 0")
 
     @property
     def thread_count(self) -> int:

@@ -109,4 +109,5 @@ def rejected(delivery: Delivery, reason: str, now_ms: int, policy: Policy,
 
 
 def requeued(delivery: Delivery, message_id: str) -> Settlement:
-    return Settlement(delivery, REQUEUE, message_id, body=delivery.payload or b"", state=states.QUEUED)
+    return Settlement(delivery, REQUEUE, message_id, body=delivery.payload or b"",
+                      state=states.QUEUED)

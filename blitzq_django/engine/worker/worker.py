@@ -75,8 +75,8 @@ class Worker:
         self.client = client
         self.broker = client.broker
         self.config = config or WorkerConfig(**options)
-        queues = self.config.queues or tuple(sorted(client.registry.queues() | {client.default_queue}))
-        self.queues: tuple[str, ...] = queues
+        self.queues: tuple[str, ...] = self.config.queues or tuple(
+            sorted(client.registry.queues() | {client.default_queue}))
         self.name = self.config.name
         #: called in the worker thread before and after every `def` task (Django closes
         #: stale DB connections here, as around a request)
@@ -336,8 +336,8 @@ class Worker:
         if settlement.failure is not None or settlement.letter is not None:
             self._call_hooks(settlement)
         self._settled_count += 1
-        if self.config.max_tasks and self._settled_count >= self.config.max_tasks:
-            if not self._stopping.is_set():
+        recycle = self.config.max_tasks and self._settled_count >= self.config.max_tasks
+        if recycle and not self._stopping.is_set():
                 log.info("worker %s settled %d messages (max_tasks): recycling", self.name,
                          self._settled_count)
                 self._stopping.set()

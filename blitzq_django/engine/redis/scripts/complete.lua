@@ -3,28 +3,32 @@
 --   done    -> record + notification
 --   retry   -> next attempt on the schedule (+ record)
 --   dead    -> dead letter (+ record + notification)
---   requeue -> back on the stream at once (graceful shutdown, cancelled early)
+--   requeue -> back on the stream at once (graceful shutdown)
 -- An item whose entry this consumer no longer owns (lease lost and recovered by
 -- another worker) changes nothing: a stale worker cannot ack another's delivery.
 --
 -- KEYS[1] stream  KEYS[2] schedule  KEYS[3] schedule data  KEYS[4] dead letters
--- KEYS[5] dead letter data  KEYS[5+i] record key of item i
+-- KEYS[5] dead letter data
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] record ttl s  ARGV[4] dead_letter_max
--- ARGV[5] now ms, then 7 values per item:
---   kind, entry id, message id, encoded record or "", channel or "",
---   encoded message (retry/requeue) or dead letter (dead) or "", due ms (retry)
+-- ARGV[5] now ms  ARGV[6] record key prefix  ARGV[7] notification channel prefix
+-- ARGV[8] msgpack array of items, each an array:
+--   {kind, entry id, message id, encoded record or "", notify 0|1,
+--    encoded message (retry/requeue) or dead letter (dead) or "", due ms (retry) or 0}
+-- (One msgpack argument instead of seven per item: encoding arguments was the
+-- worker's biggest per-message cost.) Record keys and channels are prefix .. id;
+-- the prefixes carry the queue's hash tag, so every key stays in this slot.
 -- Reply: one integer per item: 1 settled, 0 not owned (nothing written).
 local group, consumer, ttl = ARGV[1], ARGV[2], ARGV[3]
 local dlq_max, now = tonumber(ARGV[4]), ARGV[5]
+local record_prefix, channel_prefix = ARGV[6], ARGV[7]
+local items = cmsgpack.unpack(ARGV[8])
 local replies = {}
-local n = (#ARGV - 5) / 7
-for i = 0, n - 1 do
-  local b = 5 + i * 7
-  local kind, entry, id = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local record, channel, body, due = ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
+for i, item in ipairs(items) do
+  local kind, entry, id, record, notify, body, due =
+    item[1], item[2], item[3], item[4], item[5], item[6], item[7]
   local owned = redis.call("XPENDING", KEYS[1], group, entry, entry, 1, consumer)
   if #owned == 0 then
-    replies[i + 1] = 0
+    replies[i] = 0
   else
     redis.call("XACK", KEYS[1], group, entry)
     redis.call("XDEL", KEYS[1], entry)
@@ -44,12 +48,12 @@ for i = 0, n - 1 do
       end
     end
     if record ~= "" then
-      redis.call("SET", KEYS[5 + i + 1], record, "EX", ttl)
+      redis.call("SET", record_prefix .. id, record, "EX", ttl)
     end
-    if channel ~= "" then
-      redis.call("PUBLISH", channel, kind)
+    if notify == 1 then
+      redis.call("PUBLISH", channel_prefix .. id, kind)
     end
-    replies[i + 1] = 1
+    replies[i] = 1
   end
 end
 return replies
