@@ -17,6 +17,7 @@ DONE = "done"  # acked, final record written
 RETRY = "retry"  # acked, next attempt on the schedule
 DEAD = "dead"  # acked, moved to dead letters
 REQUEUE = "requeue"  # acked, put back on the queue at once
+RUNNING = "running"  # not acked: only the "running" record is written (track_state)
 
 
 @dataclass(frozen=True, slots=True)

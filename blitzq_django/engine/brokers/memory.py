@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..core.deadletter import DeadLetter
 from ..core.record import Record
-from .base import DEAD, REQUEUE, RETRY, Delivery, Enqueue, Settlement
+from .base import DEAD, REQUEUE, RETRY, RUNNING, Delivery, Enqueue, Settlement
 
 
 def _now_ms() -> int:
@@ -275,6 +275,10 @@ class MemoryBroker:
                 held = q.pending.get(s.delivery.entry_id)
                 if held is None or held.consumer != consumer:
                     replies.append(False)
+                    continue
+                if s.kind == RUNNING:
+                    self._records[(s.delivery.queue, s.message_id)] = (expires, s.record)
+                    replies.append(True)
                     continue
                 del q.pending[s.delivery.entry_id]
                 if s.kind == RETRY:

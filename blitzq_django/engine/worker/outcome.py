@@ -6,7 +6,7 @@ import traceback as tb
 from dataclasses import dataclass
 from typing import Any
 
-from ..brokers.base import DEAD, DONE, REQUEUE, RETRY, Delivery, Settlement
+from ..brokers.base import DEAD, DONE, REQUEUE, RETRY, RUNNING, Delivery, Settlement
 from ..core import deadletter as reasons
 from ..core import record as states
 from ..core.deadletter import DeadLetter, malformed_id
@@ -106,6 +106,13 @@ def rejected(delivery: Delivery, reason: str, now_ms: int, policy: Policy,
                         finished_ms=now_ms, worker=policy.worker).to_bytes()
     return Settlement(delivery, DEAD, message_id, record, bool(record), letter.to_bytes(),
                       state=states.DEAD_LETTERED, letter=letter)
+
+
+def running(delivery: Delivery, message: Message, started_ms: int, policy: Policy) -> Settlement:
+    record = Record(id=message.id, task=message.task, queue=message.queue, state=states.RUNNING,
+                    attempt=message.attempt, created_ms=message.created_ms,
+                    started_ms=started_ms, worker=policy.worker)
+    return Settlement(delivery, RUNNING, message.id, record.to_bytes(), state=states.RUNNING)
 
 
 def requeued(delivery: Delivery, message_id: str) -> Settlement:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..brokers.base import Delivery, Settlement
+from ..brokers.base import RUNNING, Delivery, Settlement
 from ..client import Client
 from ..context import TaskContext, _current
 from ..core import deadletter as reasons
@@ -249,6 +249,8 @@ class Worker:
                               max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
                               delivery_count=delivery.delivery_count, worker=self.name)
         timeout = message.timeout or spec.timeout
+        if self._policy.track_state:
+            self._settle(outcome.running(delivery, message, _ms(), self._policy))
         if spec.is_async:
             self._runners[key] = asyncio.get_running_loop().create_task(
                 self._run_async(delivery, message, spec, context, timeout))
@@ -322,6 +324,8 @@ class Worker:
 
     def _settled(self, settlement: Settlement, ok: bool) -> None:
         """Called by the flusher once a settlement is written (or refused)."""
+        if settlement.kind == RUNNING:
+            return  # the delivery goes on; only its "running" record was written
         key = (settlement.delivery.queue, settlement.delivery.entry_id)
         self._active.pop(key, None)
         self._slot_free.set()

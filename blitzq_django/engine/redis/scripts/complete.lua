@@ -1,5 +1,7 @@
 -- complete: settle a batch of deliveries of one queue (group commit). Each item
--- is atomic on its own: ownership check, ack, and exactly one of
+-- is atomic on its own: ownership check, then either
+--   running -> the "running" record only (track_state); no ack
+-- or an ack and exactly one of
 --   done    -> record + notification
 --   retry   -> next attempt on the schedule (+ record)
 --   dead    -> dead letter (+ record + notification)
@@ -29,6 +31,9 @@ for i, item in ipairs(items) do
   local owned = redis.call("XPENDING", KEYS[1], group, entry, entry, 1, consumer)
   if #owned == 0 then
     replies[i] = 0
+  elseif kind == "running" then
+    redis.call("SET", record_prefix .. id, record, "EX", ttl)
+    replies[i] = 1
   else
     redis.call("XACK", KEYS[1], group, entry)
     redis.call("XDEL", KEYS[1], entry)
