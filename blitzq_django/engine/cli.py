@@ -81,7 +81,7 @@ def run(client: Client, config: WorkerConfig, processes: int, argv: Sequence[str
         return Supervisor(child_argv(argv), processes,
                           shutdown_timeout=config.shutdown_timeout).run()
     worker = Worker(client, config, **worker_kwargs)
-    asyncio.run(worker.run(install_signal_handlers=True))
+    asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
     if worker.forced:
         os._exit(1)  # threads may still run user code; a forced stop does not wait for them
     return 0

@@ -154,6 +154,16 @@ def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
         raise MessageDecodeError("id, task and queue must be strings")
     if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(attempt, int):
         raise MessageDecodeError("args must be a list, kwargs a map and attempt an integer")
+    # A worker trusts a decoded message, so options are checked here, where a bad one
+    # dead-letters the message as malformed instead of failing later in the worker.
+    if not _optional(created_ms, int) or not _optional(eta_ms, int):
+        raise MessageDecodeError("created_ms and eta_ms must be integers")
+    if not _optional(timeout, int | float) or (timeout is not None and timeout <= 0):
+        raise MessageDecodeError("timeout must be a positive number of seconds")
+    if not _optional(key, str) or not _optional(headers, dict):
+        raise MessageDecodeError("idempotency_key must be a string and headers a map")
+    if policy is not None and not _valid_policy(policy):
+        raise MessageDecodeError(f"invalid retry policy overrides: {policy!r}")
     return Message(
         id=id_,
         task=task,
@@ -168,6 +178,24 @@ def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
         headers=headers or {},
         policy=policy,
     )
+
+
+def _optional(value: Any, kind: Any) -> bool:
+    return value is None or (isinstance(value, kind) and not isinstance(value, bool))
+
+
+_POLICY_CHECKS = {
+    "retries": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "initial_delay": lambda v: isinstance(v, int | float) and v >= 0,
+    "max_delay": lambda v: isinstance(v, int | float) and v >= 0,
+    "factor": lambda v: isinstance(v, int | float) and v >= 1,
+    "jitter": lambda v: isinstance(v, bool),
+}
+
+
+def _valid_policy(policy: Any) -> bool:
+    return isinstance(policy, dict) and all(
+        k in _POLICY_CHECKS and _POLICY_CHECKS[k](v) for k, v in policy.items())
 
 
 def peek_id(data: bytes) -> str | None:

@@ -32,7 +32,10 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        delay = min(self.max_delay, self.initial_delay * self.factor ** (attempt - 1))
+        try:
+            delay = min(self.max_delay, self.initial_delay * self.factor ** (attempt - 1))
+        except OverflowError:  # a huge attempt number: the cap applies
+            delay = self.max_delay
         return random.uniform(0, delay) if self.jitter else delay
 
     def retryable(self, error: BaseException) -> bool:

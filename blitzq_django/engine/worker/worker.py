@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ log = logging.getLogger("blitzq.worker")
 
 FETCH_BACKOFF_MIN_S, FETCH_BACKOFF_MAX_S = 0.1, 5.0
 PROMOTE_LIMIT = 1000
+HELPER_STOP_S = 2.0
 
 
 _STATE_COUNTERS = {
@@ -42,6 +44,15 @@ _STATE_COUNTERS = {
     states.DEAD_LETTERED: "dead_lettered",
     states.QUEUED: "requeued",
 }
+
+
+if sys.version_info >= (3, 12):
+    def _start_task(coro: Any) -> asyncio.Task[Any]:
+        # Eager: a task that never awaits anything finishes without a loop round trip.
+        return asyncio.Task(coro, loop=asyncio.get_running_loop(), eager_start=True)
+else:
+    def _start_task(coro: Any) -> asyncio.Task[Any]:
+        return asyncio.get_running_loop().create_task(coro)
 
 
 def _ms() -> int:
@@ -93,6 +104,7 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._stopping = asyncio.Event()
         self._forced = False
+        self._stop_requested = False
         self._pool: ThreadPoolExecutor | None = None
         self._flusher: Flusher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -100,13 +112,21 @@ class Worker:
 
     # -- lifecycle -----------------------------------------------------------
 
-    async def run(self, *, install_signal_handlers: bool = False) -> Stats:
+    async def run(self, *, install_signal_handlers: bool = False,
+                  close_broker: bool = False) -> Stats:
+        """Serve until stopped (or drained, in burst mode).
+
+        ``close_broker`` closes the broker's connections of this loop at the end: right
+        for a loop of the worker's own, wrong where other code on the loop shares them.
+        """
         self._loop = asyncio.get_running_loop()
         self._pool = ThreadPoolExecutor(self.config.thread_count, thread_name_prefix="blitzq")
         self._flusher = Flusher(self.broker, self.name, self._settled)
         if install_signal_handlers:
             self._install_signals()
         await self.broker.prepare(self.queues)
+        if self._stop_requested:
+            self._begin_stop()
         log.info("worker %s serving %s (concurrency %d)", self.name, ",".join(self.queues),
                  self.config.concurrency)
         flushing = asyncio.create_task(self._flusher.run(), name="blitzq-flusher")
@@ -119,15 +139,17 @@ class Worker:
         finally:
             for helper in helpers:
                 helper.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            # redis-py can swallow a cancellation inside a call; never wait on it forever.
+            await asyncio.wait(helpers, timeout=HELPER_STOP_S)
             self._flusher.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(flushing, self.config.shutdown_timeout)
             with contextlib.suppress(Exception):
                 await self.broker.retire(self.queues, self.name)
             self._pool.shutdown(wait=not self._forced, cancel_futures=True)
-            with contextlib.suppress(Exception):
-                await self.broker.aclose()
+            if close_broker:
+                with contextlib.suppress(Exception):
+                    await self.broker.aclose()
             log.info("worker %s stopped: %s", self.name, self.stats.as_dict())
         return self.stats
 
@@ -137,9 +159,17 @@ class Worker:
         return self._forced
 
     def stop(self) -> None:
-        """Stop fetching, finish (or requeue) what is running, then return from run()."""
+        """Stop fetching, finish (or requeue) what is running, then return from run().
+
+        Safe from any thread, and before run() has started (it then returns at once).
+        """
+        self._stop_requested = True
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._stopping.set)
+            self._loop.call_soon_threadsafe(self._begin_stop)
+
+    def _begin_stop(self) -> None:
+        self._stopping.set()
+        self._slot_free.set()  # the fetch loop may be waiting for a free slot
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -151,8 +181,7 @@ class Worker:
                 self._slot_free.set()
                 return
             log.info("%s: stopping gracefully (again to force)", signal.Signals(signum).name)
-            self._stopping.set()
-            self._slot_free.set()
+            self._begin_stop()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
@@ -252,8 +281,9 @@ class Worker:
         if self._policy.track_state:
             self._settle(outcome.running(delivery, message, _ms(), self._policy))
         if spec.is_async:
-            self._runners[key] = asyncio.get_running_loop().create_task(
-                self._run_async(delivery, message, spec, context, timeout))
+            runner = _start_task(self._run_async(delivery, message, spec, context, timeout))
+            if not runner.done():  # an eager runner that never suspended is already settled
+                self._runners[key] = runner
         else:
             self._run_thread(delivery, message, spec, context, timeout)
 
@@ -344,7 +374,7 @@ class Worker:
         if recycle and not self._stopping.is_set():
                 log.info("worker %s settled %d messages (max_tasks): recycling", self.name,
                          self._settled_count)
-                self._stopping.set()
+                self._begin_stop()
 
     def _call_hooks(self, settlement: Settlement) -> None:
         spec = self.client.registry.find(settlement.failure.task if settlement.failure else
@@ -381,8 +411,7 @@ class Worker:
                 if rss > self.config.max_memory_mb:
                     log.warning("worker %s uses %.0f MiB (max_memory_mb %d): recycling",
                                 self.name, rss, self.config.max_memory_mb)
-                    self._stopping.set()
-                    self._slot_free.set()
+                    self._begin_stop()
             try:
                 await self._renew()
                 if time.monotonic() >= next_recovery and not self._stopping.is_set():
