@@ -100,6 +100,9 @@ class Worker:
         self.stats = Stats()
         self._policy = outcome.Policy(client.store_results, client.track_state, self.name)
         self._active: dict[tuple[str, str], Delivery] = {}
+        # Handed to the flusher to be acked: no longer renewed (the ack may land first,
+        # and a renewal that finds it acked is not a lost lease).
+        self._settling: set[tuple[str, str]] = set()
         self._runners: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._slot_free = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -350,6 +353,8 @@ class Worker:
 
     def _settle(self, settlement: Settlement) -> None:
         assert self._flusher is not None
+        if settlement.kind != RUNNING:
+            self._settling.add((settlement.delivery.queue, settlement.delivery.entry_id))
         self._flusher.add(settlement)
 
     def _settled(self, settlement: Settlement, ok: bool) -> None:
@@ -358,6 +363,7 @@ class Worker:
             return  # the delivery goes on; only its "running" record was written
         key = (settlement.delivery.queue, settlement.delivery.entry_id)
         self._active.pop(key, None)
+        self._settling.discard(key)
         self._slot_free.set()
         if not ok:
             self.stats.lost_leases += 1
@@ -421,12 +427,13 @@ class Worker:
                 log.warning("lease upkeep failed: %s", exc)
 
     async def _renew(self) -> None:
-        deliveries = list(self._active.values())
+        deliveries = [d for k, d in self._active.items() if k not in self._settling]
         if not deliveries:
             return
         lost = set(await self.broker.renew(self.name, deliveries))
         for d in deliveries:
-            if d.entry_id in lost and (d.queue, d.entry_id) in self._active:
+            key = (d.queue, d.entry_id)
+            if d.entry_id in lost and key in self._active and key not in self._settling:
                 log.warning("lease lost; message may be executed again (entry %s on %s)",
                             d.entry_id, d.queue)
 
