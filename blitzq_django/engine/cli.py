@@ -24,6 +24,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--queues", "-Q", default="", help="comma-separated queues (default: every known queue)")
     add("--concurrency", "-c", type=int, default=None, help="attempts running at once per process")
+    add("--prefetch", type=int, default=None,
+        help="most unacked messages a process holds (default concurrency + batch size)")
     add("--threads", type=int, default=None, help="thread pool size for def tasks")
     add("--batch-size", type=int, default=None)
     add("--burst", action="store_true", help="drain the queues, then exit")
@@ -46,7 +48,7 @@ def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = Non
     queues = [q.strip() for q in (options.get("queues") or "").split(",") if q.strip()]
     if queues:
         values["queues"] = tuple(queues)
-    for field in ("concurrency", "threads", "batch_size", "visibility_timeout",
+    for field in ("concurrency", "prefetch", "threads", "batch_size", "visibility_timeout",
                   "max_deliveries", "shutdown_timeout", "name"):
         if options.get(field) is not None:
             values[field] = options[field]
@@ -82,8 +84,10 @@ def run(client: Client, config: WorkerConfig, processes: int, argv: Sequence[str
                           shutdown_timeout=config.shutdown_timeout).run()
     worker = Worker(client, config, **worker_kwargs)
     asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
-    if worker.forced:
-        os._exit(1)  # threads may still run user code; a forced stop does not wait for them
+    if worker.forced or worker.threads_left:
+        # Threads still run user code whose messages were requeued; do not wait for them.
+        logging.shutdown()
+        os._exit(1 if worker.forced else 0)
     return 0
 
 

@@ -310,15 +310,19 @@ class MemoryBroker:
 
     async def recover(self, queue: str, consumer: str, min_idle_ms: int,
                       count: int) -> tuple[list[Delivery], list[str]]:
+        # Same rule as recover.lua: at most one already-recovered entry per call.
         out = []
         now = time.monotonic()
+        suspect = False
         with self._lock:
             for entry_id, held in self._queue(queue).pending.items():
                 if len(out) >= count:
                     break
-                if (now - held.since) * 1000 >= min_idle_ms:
-                    held.consumer, held.count, held.since = consumer, held.count + 1, now
-                    out.append(Delivery(queue, entry_id, held.payload, held.count))
+                if (now - held.since) * 1000 < min_idle_ms or (held.count >= 2 and suspect):
+                    continue
+                suspect = suspect or held.count >= 2
+                held.consumer, held.count, held.since = consumer, held.count + 1, now
+                out.append(Delivery(queue, entry_id, held.payload, held.count))
         return out, []
 
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:

@@ -7,6 +7,7 @@ loop); async code and workers use redis.asyncio. Both run the same ops.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from ..redis.keys import Keyspace
 from ..redis.ops import Op
 from ..redis.store import AsyncStore, SyncStore, client_options, mapped_errors
 from .base import Delivery, Enqueue, Settlement
+
+log = logging.getLogger("blitzq.broker")
 
 RESULT_POLL_S = 5.0  # safety net under pub/sub wake-ups: a lost notification costs this
 
@@ -237,7 +240,9 @@ class RedisBroker:
         try:
             entries = await self.aio.run(op)
         except Exception as exc:
-            if "NOGROUP" in str(exc):  # stream deleted or Redis restarted empty
+            if "NOGROUP" in str(exc):
+                log.error("the consumer group of %s is gone (Redis restarted without "
+                          "persistence, or the stream was deleted): recreating it", queues)
                 await self.prepare(queues)
                 return []
             raise
@@ -278,15 +283,7 @@ class RedisBroker:
     async def recover(self, queue: str, consumer: str, min_idle_ms: int,
                       count: int) -> tuple[list[Delivery], list[str]]:
         keys = self.keys.queue(queue)
-        try:
-            _cursor, claimed, deleted = await self.aio.run(
-                ops.recover(keys, consumer, min_idle_ms, count, "0-0")
-            )
-        except Exception as exc:
-            if "NOGROUP" in str(exc):
-                await self.prepare([queue])
-                return [], []
-            raise
+        claimed, deleted = await self.aio.run(ops.recover(keys, consumer, min_idle_ms, count))
         return [Delivery(queue, e, p or None, c) for e, p, c in claimed], deleted
 
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:

@@ -141,15 +141,15 @@ def renew(keys: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Op:
     )
 
 
-def recover(keys: QueueKeys, consumer: str, min_idle_ms: int, count: int, cursor: str) -> Op:
-    def parse(reply: Any) -> tuple[str, list[tuple[str, bytes, int]], list[str]]:
-        claimed = [(_text(e[0]), e[1], int(e[2])) for e in reply[1]]
-        return _text(reply[0]), claimed, [_text(d) for d in reply[2]]
+def recover(keys: QueueKeys, consumer: str, min_idle_ms: int, count: int) -> Op:
+    def parse(reply: Any) -> tuple[list[tuple[str, bytes, int]], list[str]]:
+        claimed = [(_text(e[0]), e[1], int(e[2])) for e in reply[0]]
+        return claimed, [_text(d) for d in reply[1]]
 
     return Op(
         script=scripts.RECOVER,
         keys=(keys.stream,),
-        args=(GROUP, consumer, min_idle_ms, count, cursor),
+        args=(GROUP, consumer, min_idle_ms, count),
         parse=parse,
     )
 

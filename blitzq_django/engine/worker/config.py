@@ -17,7 +17,8 @@ def default_name() -> str:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerConfig:
     queues: tuple[str, ...] = ()  # () = every queue of the registry, plus "default"
-    concurrency: int = 100  # attempts running at once (and unacked messages held)
+    concurrency: int = 100  # attempts running at once
+    prefetch: int = 0  # most unacked messages held (running + waiting); 0 = concurrency + batch
     threads: int = 0  # pool for `def` tasks; 0 = min(concurrency, cpu * 4 + 4)
     batch_size: int = 100  # most messages read per fetch
     block_timeout: float = 1.0  # seconds a fetch blocks when the queues are empty
@@ -36,6 +37,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError("concurrency must be >= 1")
+        if self.prefetch and self.prefetch < self.concurrency:
+            raise ConfigurationError("prefetch must be >= concurrency (or 0 for the default)")
         if self.visibility_timeout <= 0:
             raise ConfigurationError("visibility_timeout must be > 0 seconds")
         if self.heartbeat_interval is not None and not (
@@ -47,6 +50,10 @@ class WorkerConfig:
         if self.batch_size < 1 or self.block_timeout <= 0 or self.schedule_poll_interval <= 0:
             raise ConfigurationError(
                 "batch_size, block_timeout and schedule_poll_interval must be > 0")
+
+    @property
+    def prefetch_count(self) -> int:
+        return self.prefetch or self.concurrency + min(self.batch_size, self.concurrency)
 
     @property
     def thread_count(self) -> int:

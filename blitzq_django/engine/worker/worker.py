@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -103,6 +104,11 @@ class Worker:
         # Handed to the flusher to be acked: no longer renewed (the ack may land first,
         # and a renewal that finds it acked is not a lost lease).
         self._settling: set[tuple[str, str]] = set()
+        self._running = 0  # attempts executing (bounded by concurrency)
+        self._threads: dict[tuple[str, str], tuple[Delivery, Any]] = {}  # thread attempts
+        self._pool_threads_running = 0
+        self._helpers_stop = asyncio.Event()
+        self._waiting: deque[tuple[Delivery, Any, TaskSpec]] = deque()  # prefetched, not started
         self._runners: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._slot_free = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -140,16 +146,17 @@ class Worker:
             await self._fetch_loop()
             await self._drain()
         finally:
-            for helper in helpers:
+            self._helpers_stop.set()  # they return at their next wake-up ...
+            _done, pending = await asyncio.wait(helpers, timeout=HELPER_STOP_S)
+            for helper in pending:  # ... or are cancelled while stuck in a Redis call
                 helper.cancel()
-            # redis-py can swallow a cancellation inside a call; never wait on it forever.
-            await asyncio.wait(helpers, timeout=HELPER_STOP_S)
             self._flusher.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(flushing, self.config.shutdown_timeout)
             with contextlib.suppress(Exception):
                 await self.broker.retire(self.queues, self.name)
-            self._pool.shutdown(wait=not self._forced, cancel_futures=True)
+            # Threads still running were requeued by _drain; do not wait for them here.
+            self._pool.shutdown(wait=False, cancel_futures=True)
             if close_broker:
                 with contextlib.suppress(Exception):
                     await self.broker.aclose()
@@ -191,6 +198,9 @@ class Worker:
 
     async def _drain(self) -> None:
         """Wait for running attempts up to shutdown_timeout; requeue what is left."""
+        while self._waiting:  # prefetched but never started: back on the queue at once
+            delivery, message, _spec = self._waiting.popleft()
+            self._settle(outcome.requeued(delivery, message.id))
         deadline = time.monotonic() + self.config.shutdown_timeout
         while self._active and not self._forced and time.monotonic() < deadline:
             self._slot_free.clear()
@@ -200,9 +210,17 @@ class Worker:
             runner.cancel()  # the runner requeues its own message
         if self._runners:
             await asyncio.gather(*self._runners.values(), return_exceptions=True)
-        if self._active:
-            log.warning("%d thread attempt(s) still running at shutdown; their messages "
-                        "will be recovered after visibility_timeout", len(self._active))
+        for key, (delivery, message) in list(self._threads.items()):
+            # A thread cannot be interrupted: hand its message to another worker now.
+            log.warning("requeued message %s while its thread still runs after "
+                        "shutdown_timeout; it may be executed twice", message.id)
+            del self._threads[key]
+            self._settle(outcome.requeued(delivery, message.id))
+
+    @property
+    def threads_left(self) -> int:
+        """Thread attempts still running after run() returned (their messages were requeued)."""
+        return self._pool_threads_running
 
     # -- fetching ------------------------------------------------------------
 
@@ -211,7 +229,7 @@ class Worker:
         block_ms = int((0.05 if cfg.burst else cfg.block_timeout) * 1000)
         backoff = FETCH_BACKOFF_MIN_S
         while not self._stopping.is_set():
-            free = cfg.concurrency - len(self._active)
+            free = cfg.prefetch_count - len(self._active)
             if free <= 0:
                 self._slot_free.clear()
                 await self._slot_free.wait()
@@ -276,6 +294,13 @@ class Worker:
             self._settle(outcome.rejected(delivery, reasons.MAX_DELIVERIES, _ms(), self._policy,
                                           message))
             return
+        if self._running >= self.config.concurrency:
+            self._waiting.append((delivery, message, spec))  # prefetched: runs when a slot frees
+            return
+        self._launch(delivery, message, spec)
+
+    def _launch(self, delivery: Delivery, message: Any, spec: TaskSpec) -> None:
+        self._running += 1
         context = TaskContext(id=message.id, name=spec.name, queue=message.queue,
                               attempt=message.attempt,
                               max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
@@ -286,7 +311,7 @@ class Worker:
         if spec.is_async:
             runner = _start_task(self._run_async(delivery, message, spec, context, timeout))
             if not runner.done():  # an eager runner that never suspended is already settled
-                self._runners[key] = runner
+                self._runners[(delivery.queue, delivery.entry_id)] = runner
         else:
             self._run_thread(delivery, message, spec, context, timeout)
 
@@ -302,11 +327,10 @@ class Worker:
                 async with asyncio.timeout(timeout):
                     value = await spec.func(*message.args, **message.kwargs)
         except asyncio.CancelledError:
-            if self._stopping.is_set():
-                self._settle(outcome.requeued(delivery, message.id))
-                return
-            raise
-        except Exception as exc:
+            if not self._stopping.is_set():
+                raise
+            self._settle(outcome.requeued(delivery, message.id))
+        except BaseException as exc:  # SystemExit from task code fails the attempt, not the worker
             self._settle(outcome.failed(delivery, message, spec, exc, started, _ms(), self._policy))
         else:
             self._settle(outcome.succeeded(delivery, message, spec, value, started, _ms(),
@@ -314,6 +338,7 @@ class Worker:
         finally:
             _current.reset(token)
             self._runners.pop(key, None)
+            self._attempt_done()
 
     def _run_thread(self, delivery: Delivery, message: Any, spec: TaskSpec,
                     context: TaskContext, timeout: float | None) -> None:
@@ -321,6 +346,10 @@ class Worker:
         started = _ms()
         deadline = time.monotonic() + timeout if timeout else None
         hooks = self.around_sync_call
+
+        key = (delivery.queue, delivery.entry_id)
+        self._threads[key] = (delivery, message)
+        self._pool_threads_running += 1
 
         def call() -> Any:
             token = _current.set(context)
@@ -334,6 +363,9 @@ class Worker:
                 _current.reset(token)
 
         def done(future: Any) -> None:
+            self._pool_threads_running -= 1
+            if self._threads.pop(key, None) is None:
+                return  # requeued at shutdown while it ran: its outcome is no longer ours
             finished = _ms()
             error = future.exception()
             if deadline is not None and time.monotonic() > deadline:
@@ -345,9 +377,16 @@ class Worker:
             else:
                 self._settle(outcome.succeeded(delivery, message, spec, future.result(),
                                                started, finished, self._policy))
+            self._attempt_done()
 
         assert self._pool is not None
         loop.run_in_executor(self._pool, call).add_done_callback(done)
+
+    def _attempt_done(self) -> None:
+        """An attempt gave its slot back: start a prefetched message, if one waits."""
+        self._running -= 1
+        if self._waiting and not self._stopping.is_set():
+            self._launch(*self._waiting.popleft())
 
     # -- settling ------------------------------------------------------------
 
@@ -410,21 +449,36 @@ class Worker:
     async def _keep_leases(self) -> None:
         cfg = self.config
         next_recovery = time.monotonic() + min(cfg.recovery_s, 1.0)
+        backoff = 0.0
         while True:
-            await asyncio.sleep(min(cfg.heartbeat_s, max(0.0, next_recovery - time.monotonic())))
-            if self.config.max_memory_mb and not self._stopping.is_set():
-                rss = resident_mb()
-                if rss > self.config.max_memory_mb:
-                    log.warning("worker %s uses %.0f MiB (max_memory_mb %d): recycling",
-                                self.name, rss, self.config.max_memory_mb)
-                    self._begin_stop()
+            wait = backoff or min(cfg.heartbeat_s, max(0.0, next_recovery - time.monotonic()))
+            if await self._helper_wait(wait):
+                return
+            self._check_memory()
             try:
                 await self._renew()
                 if time.monotonic() >= next_recovery and not self._stopping.is_set():
                     next_recovery = time.monotonic() + cfg.recovery_s
                     await self._recover()
+                backoff = 0.0
             except (BlitzqError, OSError) as exc:
-                log.warning("lease upkeep failed: %s", exc)
+                backoff = min(max(backoff * 2, FETCH_BACKOFF_MIN_S), FETCH_BACKOFF_MAX_S)
+                log.warning("lease upkeep failed, retrying in %.1fs: %s", backoff, exc)
+
+    async def _helper_wait(self, seconds: float) -> bool:
+        """Sleep, or return True as soon as the helpers are told to stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._helpers_stop.wait(), seconds)
+        return self._helpers_stop.is_set()
+
+    def _check_memory(self) -> None:
+        if not self.config.max_memory_mb or self._stopping.is_set():
+            return
+        rss = resident_mb()
+        if rss > self.config.max_memory_mb:
+            log.warning("worker %s uses %.0f MiB (max_memory_mb %d): recycling",
+                        self.name, rss, self.config.max_memory_mb)
+            self._begin_stop()
 
     async def _renew(self) -> None:
         deliveries = [d for k, d in self._active.items() if k not in self._settling]
@@ -440,7 +494,7 @@ class Worker:
     async def _recover(self) -> None:
         idle_ms = int(self.config.visibility_timeout * 1000)
         for queue in self.queues:
-            free = self.config.concurrency - len(self._active)
+            free = self.config.prefetch_count - len(self._active)
             if free <= 0:
                 return
             claimed, deleted = await self.broker.recover(queue, self.name, idle_ms, free)
@@ -466,7 +520,8 @@ class Worker:
                         wait = min(wait, max(0.0, (next_due - now) / 1000))
             except (BlitzqError, OSError) as exc:
                 log.warning("promotion failed: %s", exc)
-            await asyncio.sleep(wait)
+            if await self._helper_wait(wait):
+                return
 
 
 def _safe_call(hook: Callable[[Any], Any], value: Any) -> None:

@@ -28,8 +28,10 @@ local replies = {}
 for i, item in ipairs(items) do
   local kind, entry, id, record, notify, body, due =
     item[1], item[2], item[3], item[4], item[5], item[6], item[7]
-  local owned = redis.call("XPENDING", KEYS[1], group, entry, entry, 1, consumer)
-  if #owned == 0 then
+  -- pcall: with no group (Redis restarted empty) nothing is owned, and the batch
+  -- must still be answered, or the worker would retry it forever.
+  local ok, owned = pcall(redis.call, "XPENDING", KEYS[1], group, entry, entry, 1, consumer)
+  if not ok or #owned == 0 then
     replies[i] = 0
   elseif kind == "running" then
     redis.call("SET", record_prefix .. id, record, "EX", ttl)

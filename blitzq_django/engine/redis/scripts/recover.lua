@@ -1,28 +1,46 @@
 -- recover: claim entries whose lease expired (idle longer than the visibility
--- timeout) for this consumer, with bodies, so their delivery count rises, and
--- report each one's delivery count so the worker can dead-letter poison messages.
+-- timeout) for this consumer. The claim returns bodies, so delivery counts rise
+-- and the worker can dead-letter poison messages past max_deliveries.
+--
+-- Entries already recovered before (delivery count >= 2) are claimed at most one
+-- per call: a message that kills its worker then dies alone, instead of taking
+-- the messages recovered in the same batch past max_deliveries with it.
 --
 -- KEYS[1] stream
--- ARGV[1] group  ARGV[2] consumer  ARGV[3] min idle ms  ARGV[4] count  ARGV[5] cursor
--- Reply: {next cursor, {entry id, encoded message, delivery count}..., deleted ids}
--- Deleted ids are entries removed from the stream while pending (Redis >= 7 lists
--- them as a third element; 6.2 returns them with a nil body).
-local res = redis.call("XAUTOCLAIM", KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[5], "COUNT", ARGV[4])
-local claimed, deleted = {}, res[3] or {}
-for _, entry in ipairs(res[2]) do
-  local id, fields = entry[1], entry[2]
-  if type(fields) ~= "table" then
-    deleted[#deleted + 1] = id
-    redis.call("XACK", KEYS[1], ARGV[1], id)
-  else
-    local body = ""
-    for j = 1, #fields, 2 do
-      if fields[j] == "m" then body = fields[j + 1] end
-    end
-    local info = redis.call("XPENDING", KEYS[1], ARGV[1], id, id, 1)
-    local count = 1
-    if #info > 0 then count = info[1][4] end
-    claimed[#claimed + 1] = {id, body, count}
+-- ARGV[1] group  ARGV[2] consumer  ARGV[3] min idle ms  ARGV[4] count
+-- Reply: {{entry id, encoded message, delivery count}..., deleted ids}
+-- Deleted ids are entries removed from the stream while pending: nothing to run.
+local ok, pending = pcall(redis.call, "XPENDING", KEYS[1], ARGV[1], "IDLE", ARGV[3],
+                          "-", "+", ARGV[4])
+if not ok then return {{}, {}} end  -- no group (Redis restarted empty): nothing to recover
+local ids, counts, suspect = {}, {}, false
+for _, p in ipairs(pending) do
+  if p[4] < 2 or not suspect then
+    if p[4] >= 2 then suspect = true end
+    ids[#ids + 1] = p[1]
+    counts[p[1]] = p[4]
   end
 end
-return {res[1], claimed, deleted}
+if #ids == 0 then return {{}, {}} end
+local claimed, deleted, seen = {}, {}, {}
+for _, entry in ipairs(redis.call("XCLAIM", KEYS[1], ARGV[1], ARGV[2], ARGV[3], unpack(ids))) do
+  local id, fields = entry[1], entry[2]
+  if type(id) == "string" then
+    seen[id] = true
+    if type(fields) ~= "table" then
+      deleted[#deleted + 1] = id
+      redis.call("XACK", KEYS[1], ARGV[1], id)
+    else
+      local body = ""
+      for j = 1, #fields, 2 do
+        if fields[j] == "m" then body = fields[j + 1] end
+      end
+      claimed[#claimed + 1] = {id, body, counts[id] + 1}
+    end
+  end
+end
+for _, id in ipairs(ids) do
+  -- Redis >= 7 drops a deleted entry from the pending list and does not return it.
+  if not seen[id] then deleted[#deleted + 1] = id end
+end
+return {claimed, deleted}

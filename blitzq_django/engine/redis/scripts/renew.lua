@@ -7,8 +7,8 @@
 -- Reply: the entry ids whose lease is lost.
 local lost = {}
 for i = 3, #ARGV do
-  local owned = redis.call("XPENDING", KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if #owned == 0 then
+  local ok, owned = pcall(redis.call, "XPENDING", KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if not ok or #owned == 0 then
     lost[#lost + 1] = ARGV[i]
   else
     redis.call("XCLAIM", KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], "JUSTID")

@@ -1,0 +1,297 @@
+"""At-least-once under stress: graceful stop, lost leases, poison messages, Redis hiccups."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import traceback
+from typing import Any
+
+import pytest
+import redis
+
+from blitzq_django.engine import (
+    BrokerUnavailable,
+    Client,
+    RedisBroker,
+    Worker,
+    current_task,
+)
+from blitzq_django.engine.core import record as states
+
+from ..support.redis_server import free_port
+from ..support.waiting import await_until, wait_until
+from .helpers import FAST, background_worker, pending_count, ready_message_ids, run_burst
+
+
+def final_ids(client: Client, ids: list[str]) -> set[str]:
+    out = set()
+    for message_id in ids:
+        record = client.inspect(message_id)
+        if record is not None and record.is_final:
+            out.add(message_id)
+    return out
+
+
+def assert_nothing_lost(client: Client, ids: list[str]) -> None:
+    """Every id has a final record or waits on the queue, exactly one of the two."""
+    done = final_ids(client, ids)
+    waiting = ready_message_ids(client.broker, "default")
+    assert pending_count(client.broker, "default") == 0
+    assert len(waiting) == len(set(waiting)), "a message is on the queue twice"
+    assert done.isdisjoint(waiting), "a finished message is also back on the queue"
+    assert done | set(waiting) == set(ids)
+
+
+@pytest.mark.asyncio
+async def test_graceful_stop_loses_nothing(client: Client) -> None:
+    never = asyncio.Event()
+    release = threading.Event()
+
+    @client.task(name="hang")
+    async def hang(i: int) -> None:
+        await never.wait()  # still busy when the worker stops: must be requeued
+
+    @client.task(name="busy")
+    def busy(i: int) -> int:
+        release.wait(5)  # a thread task finishing during the drain: must be recorded
+        return i
+
+    ids = []
+    for i in range(6):
+        ids.append(hang.enqueue(i).id)
+        ids.append(busy.enqueue(i).id)
+    async with background_worker(client, concurrency=20, shutdown_timeout=0.5) as worker:
+        await await_until(lambda: len(worker._active) == 12, 5, message="12 running attempts")
+        worker.stop()
+        release.set()
+    assert_nothing_lost(client, ids)
+    assert len(final_ids(client, ids)) == 6  # the 6 thread tasks finished in the drain
+    assert set(ready_message_ids(client.broker, "default")) == set(ids[0::2])
+
+
+@pytest.mark.asyncio
+async def test_stop_with_every_slot_busy_returns(client: Client) -> None:
+    never = asyncio.Event()
+
+    @client.task(name="hang")
+    async def hang(i: int) -> None:
+        await never.wait()
+
+    ids = [h.id for h in hang.enqueue_many([(i,) for i in range(10)])]
+    # concurrency 4: the fetch loop waits for a free slot when stop() is called.
+    async with background_worker(client, concurrency=4, shutdown_timeout=0.3,
+                                 stop_within=5) as worker:
+        await await_until(lambda: worker._running == 4, 5, message="4 running attempts")
+    assert_nothing_lost(client, ids)
+    assert len(ready_message_ids(client.broker, "default")) == 10
+
+
+@pytest.mark.asyncio
+async def test_stop_before_run_has_started_is_not_lost(client: Client) -> None:
+    @client.task(name="t")
+    def t() -> None:
+        return None
+
+    worker = Worker(client, **FAST)
+    worker.stop()  # e.g. a signal or a supervisor arriving during start-up
+    await asyncio.wait_for(worker.run(), 5)
+
+
+@pytest.mark.asyncio
+async def test_max_deliveries_exceeded_is_dead_lettered(client: Client) -> None:
+    runs: list[int] = []
+
+    @client.task(name="poison")
+    def poison() -> None:
+        runs.append(1)
+
+    h = poison.enqueue()
+    broker = client.broker
+    await broker.prepare(["default"])
+    # A worker that took the message and died, twice recovered by workers that died too.
+    assert len(await broker.fetch(["default"], "dead-worker", 10, 10)) == 1
+    for _ in range(2):
+        claimed, _ = await broker.recover("default", "dead-worker", 0, 10)
+        assert [d.delivery_count for d in claimed] in ([2], [3])
+    async with background_worker(client, visibility_timeout=0.3, max_deliveries=3):
+        await await_until(lambda: client.inspect(h.id) is not None, 5,
+                          message="the recovered message to settle")
+    record = client.inspect(h.id)
+    assert record is not None
+    assert record.state == states.DEAD_LETTERED
+    assert record.reason == "max deliveries exceeded"
+    assert runs == []
+    assert pending_count(broker, "default") == 0
+    assert broker.dead_letter("default", h.id) is not None
+
+
+@pytest.mark.asyncio
+async def test_lost_lease_is_recovered_and_run(client: Client) -> None:
+    seen: list[int] = []
+
+    @client.task(name="survivor")
+    def survivor() -> str:
+        task = current_task()
+        assert task is not None
+        seen.append(task.delivery_count)
+        return "ran"
+
+    h = survivor.enqueue()
+    broker = client.broker
+    await broker.prepare(["default"])
+    assert len(await broker.fetch(["default"], "dead-worker", 10, 10)) == 1
+    async with background_worker(client, visibility_timeout=0.3, max_deliveries=3):
+        record = await client.aget_result(h.id, 5)
+    assert record.result == "ran"
+    assert seen == [2]
+    assert pending_count(broker, "default") == 0
+
+
+def test_settlement_of_a_recovered_delivery_is_refused(broker: Any) -> None:
+    # The stale owner must not ack (or record) a delivery another worker has taken over.
+    from blitzq_django.engine.brokers.base import DONE, Settlement
+
+    client = Client(broker)
+
+    @client.task(name="t")
+    def t() -> None:
+        return None
+
+    h = t.enqueue()
+
+    async def scenario() -> tuple[list[bool], list[bool]]:
+        await broker.prepare(["default"])
+        (stale,) = await broker.fetch(["default"], "stale", 1, 10)
+        (fresh,), _ = await broker.recover("default", "fresh", 0, 1)
+        first = await broker.settle("stale", [Settlement(stale, DONE, h.id)], 0)
+        lost = await broker.renew("stale", [stale])
+        second = await broker.settle("fresh", [Settlement(fresh, DONE, h.id)], 0)
+        assert lost == [stale.entry_id]
+        await broker.aclose()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first == [False]
+    assert second == [True]
+    assert pending_count(broker, "default") == 0
+
+
+def test_noscript_after_script_flush(redis_broker: RedisBroker,
+                                     redis_client: redis.Redis) -> None:
+    client = Client(redis_broker, track_state=True)
+
+    @client.task(name="t", retries=1, initial_delay=0)
+    def t(x: int) -> int:
+        if current_task().attempt == 1:  # type: ignore[union-attr]
+            raise ValueError("first attempt fails, so complete and promote both run")
+        return x
+
+    redis_client.script_flush()
+    h = t.enqueue(1)  # the enqueue script, after the flush
+    redis_client.script_flush()
+    run_burst(client)  # complete and promote, after the flush
+    assert h.result(timeout=5) == 1
+
+
+@pytest.mark.asyncio
+async def test_noscript_while_a_worker_runs(redis_broker: RedisBroker,
+                                            redis_client: redis.Redis) -> None:
+    client = Client(redis_broker)
+
+    @client.task(name="t")
+    async def t(x: int) -> int:
+        return x
+
+    async with background_worker(client):
+        assert await (await t.aenqueue(1)).aresult(timeout=5) == 1
+        redis_client.script_flush()  # Redis restarted or failed over: the script cache is empty
+        assert await (await t.aenqueue(2)).aresult(timeout=5) == 2
+        redis_client.script_flush()
+        h = await t.options(delay=0.05).aenqueue(3)
+        assert await h.aresult(timeout=5) == 3
+
+
+def assert_redacted(error: BaseException, port: int) -> None:
+    text = "".join(traceback.format_exception(error))
+    assert f"127.0.0.1:{port}" in str(error)
+    assert "***" in str(error)
+    assert "secret" not in text
+
+
+@pytest.fixture
+def unreachable() -> tuple[Client, int]:
+    port = free_port()  # nothing listens here
+    client = Client(RedisBroker(f"redis://:secret@127.0.0.1:{port}/0",
+                                redis_options={"socket_connect_timeout": 0.5}))
+
+    @client.task(name="t")
+    def t() -> None:
+        return None
+
+    return client, port
+
+
+def test_broker_unavailable_on_enqueue_names_url_without_password(
+        unreachable: tuple[Client, int]) -> None:
+    client, port = unreachable
+    task = client.registry.get("t")
+    with pytest.raises(BrokerUnavailable) as caught:
+        client.enqueue(task)
+    assert_redacted(caught.value, port)
+    with pytest.raises(BrokerUnavailable) as caught:
+        client.get_result("x", timeout=0.1)
+    assert_redacted(caught.value, port)
+    with pytest.raises(BrokerUnavailable) as caught:
+        client.inspect("x")
+    assert_redacted(caught.value, port)
+
+
+@pytest.mark.asyncio
+async def test_broker_unavailable_on_aenqueue(unreachable: tuple[Client, int]) -> None:
+    client, port = unreachable
+    with pytest.raises(BrokerUnavailable) as caught:
+        await client.aenqueue(client.registry.get("t"))
+    assert_redacted(caught.value, port)
+    with pytest.raises(BrokerUnavailable) as caught:
+        await client.aget_result("x", timeout=0.1)
+    assert_redacted(caught.value, port)
+
+
+@pytest.mark.asyncio
+async def test_worker_start_with_redis_down_raises_broker_unavailable(
+        unreachable: tuple[Client, int]) -> None:
+    client, port = unreachable
+    with pytest.raises(BrokerUnavailable) as caught:
+        await asyncio.wait_for(Worker(client, burst=True, **FAST).run(), 10)
+    assert_redacted(caught.value, port)
+
+
+def test_ping_reaches_a_live_server(redis_broker: RedisBroker) -> None:
+    redis_broker.ping()
+    wait_until(lambda: True)
+
+
+@pytest.mark.asyncio
+async def test_worker_stops_promptly_with_a_result_waiter_on_its_loop(client: Client) -> None:
+    # An ASGI app running a worker in-process: a request awaits a result on the worker's
+    # loop. Shutdown cancels the promoter and the lease keeper; a cancellation swallowed
+    # inside a Redis call must not leave run() waiting for them forever.
+    from .test_flow import wait_until_waiting
+
+    @client.task(name="t")
+    async def t() -> int:
+        return 1
+
+    for _ in range(5):
+        h = await t.aenqueue()
+        waiter = asyncio.create_task(client.aget_result(h.id, 10))
+        await wait_until_waiting(client.broker, h.queue, h.id, sync_waiter=False)
+        async with background_worker(client, stop_within=3):
+            assert (await asyncio.wait_for(waiter, 5)).result == 1
+
+    def helpers_left() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if t.get_name().startswith("blitzq-")]
+
+    # Nothing of the stopped workers keeps running (and polling Redis) on the loop.
+    await await_until(lambda: not helpers_left(), 3, message="worker helper tasks to end")
