@@ -22,7 +22,10 @@ _EXPORTS = {
     "ResultTimeout": "blitzq_django.engine",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "ResultTimeout", "Retry", "TaskFailed", "TaskHandle", "__version__", "blitzq_task",
+    "current_task", "enqueue_on_commit", "get_client",
+]
 
 if TYPE_CHECKING:
     from .conf import get_client

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from .brokers.base import Broker, Enqueue
 from .core import record as states
 from .core.deadletter import DeadLetter
-from .core.message import DEFAULT_MAX_MESSAGE_SIZE, Message, encode
+from .core.message import DEFAULT_MAX_MESSAGE_SIZE, encode_fields
 from .core.record import Record
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
 from .errors import ConfigurationError, ResultTimeout
@@ -27,6 +27,11 @@ MAX_BATCH = 1000  # messages per round trip in enqueue_many
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def new_id() -> str:
+    """A random 128-bit message id in hex (like uuid4().hex, at a third of the cost)."""
+    return os.urandom(16).hex()
 
 
 class Client:
@@ -64,45 +69,36 @@ class Client:
     # -- enqueue -------------------------------------------------------------
 
     def build(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
-              call: CallOptions | None = None) -> tuple[Message, Enqueue]:
-        call = call or CallOptions()
+              call: CallOptions | None = None) -> Enqueue:
+        """Encode one call (the whole message is checked here, at enqueue time)."""
+        call = call or _NO_OPTIONS
         created = now_ms()
         eta_ms = call.due_ms(created)
-        message = Message(
-            id=call.task_id or uuid.uuid4().hex,
-            task=spec.name,
-            queue=call.queue or spec.queue,
-            args=tuple(args),
-            kwargs=dict(kwargs),
-            created_ms=created,
-            eta_ms=eta_ms,
-            timeout=call.timeout,
-            idempotency_key=call.idempotency_key,
-            headers=call.headers or {},
-            policy=call.policy(),
-        )
-        payload = encode(message, self.max_message_size)
+        message_id = call.task_id or new_id()
+        queue = call.queue or spec.queue
+        payload = encode_fields(message_id, spec.name, queue, args, kwargs, 1, created, eta_ms,
+                                call.timeout, call.idempotency_key, call.headers or {},
+                                call.policy(), self.max_message_size)
         record = b""
         if self.track_state:
             state = states.SCHEDULED if eta_ms else states.QUEUED
-            record = Record(id=message.id, task=message.task, queue=message.queue,
-                            state=state, created_ms=created).to_bytes()
-        return message, Enqueue(message.queue, message.id, payload, eta_ms or 0, record,
-                                message.idempotency_key)
+            record = Record(id=message_id, task=spec.name, queue=queue, state=state,
+                            created_ms=created).to_bytes()
+        return Enqueue(queue, message_id, payload, eta_ms or 0, record, call.idempotency_key)
 
     def enqueue(self, spec: TaskSpec, args: Sequence[Any] = (),
                 kwargs: dict[str, Any] | None = None,
                 call: CallOptions | None = None) -> TaskHandle:
-        message, item = self.build(spec, args, kwargs or {}, call)
+        item = self.build(spec, args, kwargs or {}, call)
         (message_id,) = self.broker.enqueue([item])
-        return TaskHandle(message_id, message.queue, self)
+        return TaskHandle(message_id, item.queue, self)
 
     async def aenqueue(self, spec: TaskSpec, args: Sequence[Any] = (),
                        kwargs: dict[str, Any] | None = None,
                        call: CallOptions | None = None) -> TaskHandle:
-        message, item = self.build(spec, args, kwargs or {}, call)
+        item = self.build(spec, args, kwargs or {}, call)
         (message_id,) = await self.broker.aenqueue([item])
-        return TaskHandle(message_id, message.queue, self)
+        return TaskHandle(message_id, item.queue, self)
 
     def enqueue_many(self, spec: TaskSpec, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                      call: CallOptions | None = None) -> list[TaskHandle]:
@@ -114,8 +110,8 @@ class Client:
         handles: list[TaskHandle] = []
         for start in range(0, len(built), MAX_BATCH):
             chunk = built[start:start + MAX_BATCH]
-            ids = self.broker.enqueue([item for _, item in chunk])
-            handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk, strict=True)]
+            ids = self.broker.enqueue(chunk)
+            handles += [TaskHandle(i, e.queue, self) for i, e in zip(ids, chunk, strict=True)]
         return handles
 
     async def aenqueue_many(self, spec: TaskSpec,
@@ -125,8 +121,8 @@ class Client:
         handles: list[TaskHandle] = []
         for start in range(0, len(built), MAX_BATCH):
             chunk = built[start:start + MAX_BATCH]
-            ids = await self.broker.aenqueue([item for _, item in chunk])
-            handles += [TaskHandle(i, m.queue, self) for i, (m, _) in zip(ids, chunk, strict=True)]
+            ids = await self.broker.aenqueue(chunk)
+            handles += [TaskHandle(i, e.queue, self) for i, e in zip(ids, chunk, strict=True)]
         return handles
 
     @property
@@ -205,6 +201,15 @@ class CallOptions:
             raise ConfigurationError("idempotency_key must be 1 to 512 characters")
         if self.retries is not None and self.retries < 0:
             raise ConfigurationError("retries must be >= 0")
+        for name in ("initial_delay", "max_delay"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int | float) or value < 0):
+                raise ConfigurationError(f"{name} must be a number of seconds >= 0")
+        if self.factor is not None and (not isinstance(self.factor, int | float)
+                                        or self.factor < 1):
+            raise ConfigurationError("factor must be a number >= 1")
+        if self.jitter is not None and not isinstance(self.jitter, bool):
+            raise ConfigurationError("jitter must be True or False")
 
     def due_ms(self, now: int) -> int | None:
         if self.delay:
@@ -221,6 +226,9 @@ class CallOptions:
 
     def merged(self, **changes: Any) -> CallOptions:
         return replace(self, **changes)
+
+
+_NO_OPTIONS = CallOptions()
 
 
 class TaskHandle:

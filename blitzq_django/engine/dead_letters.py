@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import fnmatch
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .client import Client
+from .client import new_id as new_message_id
 from .core.deadletter import DeadLetter
 from .core.message import decode, encode
 
@@ -57,7 +57,7 @@ def _replayable(letters: Sequence[DeadLetter], new_id: bool) -> list[tuple[str, 
         except Exception:
             continue  # a malformed message cannot run; purge it instead
         fresh = replace(message, attempt=1, eta_ms=None,
-                        id=uuid.uuid4().hex if new_id else message.id)
+                        id=new_message_id() if new_id else message.id)
         items.append((letter.id, fresh.id, encode(fresh, 1 << 62)))
     return items
 

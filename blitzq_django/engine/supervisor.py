@@ -81,6 +81,8 @@ class Supervisor:
                             child.process.pid, _describe(code))
             if quick:
                 time.sleep(min(MAX_RESTART_DELAY_S, 0.1 * 2**quick))  # crash-loop backoff
+            if self._signals:
+                return  # told to stop meanwhile: a new child would never get the signal
             self.restarts += 1
             self._spawn(slot, quick)
 

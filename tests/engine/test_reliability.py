@@ -295,3 +295,72 @@ async def test_worker_stops_promptly_with_a_result_waiter_on_its_loop(client: Cl
 
     # Nothing of the stopped workers keeps running (and polling Redis) on the loop.
     await await_until(lambda: not helpers_left(), 3, message="worker helper tasks to end")
+
+
+@pytest.mark.asyncio
+async def test_max_tasks_recycles_the_worker_without_losing_messages(client: Client) -> None:
+    ran: list[int] = []
+
+    @client.task(name="t")
+    async def t(i: int) -> int:
+        ran.append(i)
+        return i
+
+    ids = [h.id for h in t.enqueue_many([(i,) for i in range(30)])]
+    worker = Worker(client, max_tasks=5, concurrency=1, **FAST)
+    await asyncio.wait_for(worker.run(), 10)  # returns by itself after 5 settled messages
+    assert len(ran) >= 5
+    assert_nothing_lost(client, ids)
+    assert len(final_ids(client, ids)) == len(ran)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown", "hidden"),
+    [
+        ("redis://:secret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0", "secret"),
+        ("redis://user:secret@host:6379/2", "redis://user:***@host:6379/2", "secret"),
+        ("rediss://user:secret@[::1]:6380/0", "[::1]:6380", "secret"),
+        ("redis://127.0.0.1:6379/0?password=secret", "127.0.0.1:6379", "secret"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0", None),
+    ],
+    ids=["password", "user-password", "ipv6", "password-in-query", "no-password"],
+)
+def test_redact(url: str, shown: str, hidden: str | None) -> None:
+    from blitzq_django.engine.redis.store import redact
+
+    redacted = redact(url)
+    assert shown in redacted
+    if hidden is not None:
+        assert hidden not in redacted
+
+
+def test_thread_task_outlasting_shutdown_is_requeued(client: Client) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    @client.task(name="stubborn")
+    def stubborn() -> str:
+        started.set()
+        release.wait(10)  # a thread cannot be interrupted
+        return "finished late"
+
+    h = stubborn.enqueue()
+    worker = Worker(client, **{**FAST, "shutdown_timeout": 0.2})
+
+    async def scenario() -> None:
+        running = asyncio.create_task(worker.run(close_broker=True))
+        await asyncio.to_thread(started.wait, 5)
+        worker.stop()
+        await asyncio.wait_for(running, 5)
+
+    asyncio.run(scenario())
+    # Handed back at once, so another worker can run it: at-least-once, never lost.
+    assert ready_message_ids(client.broker, "default") == [h.id]
+    assert pending_count(client.broker, "default") == 0
+    release.set()
+    # The late thread's outcome must not be recorded over a message that waits to run.
+    wait_until(lambda: worker.threads_left == 0, 5, message="the late thread to end")
+    record = client.inspect(h.id)
+    assert record is None or not record.is_final
+    run_burst(client)
+    assert h.result(timeout=5) == "finished late"

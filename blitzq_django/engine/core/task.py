@@ -38,8 +38,11 @@ class TaskSpec:
         }
         if retry_fields:
             for k in ("retry_on", "dont_retry_on"):
-                if k in retry_fields and not isinstance(retry_fields[k], tuple):
-                    retry_fields[k] = tuple(retry_fields[k])
+                value = retry_fields.get(k)
+                if isinstance(value, type):  # a single exception class
+                    retry_fields[k] = (value,)
+                elif value is not None and not isinstance(value, tuple):
+                    retry_fields[k] = tuple(value)
             retry = RetryPolicy(**{**_policy_fields(retry), **retry_fields})
         timeout = options.get("timeout")
         if timeout is not None and timeout <= 0:

@@ -7,8 +7,7 @@ exists once. Nothing here touches a connection.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -19,8 +18,9 @@ from .scripts import Script
 Arg = str | bytes | int | float
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(NamedTuple):
+    """One Redis operation. A NamedTuple: built on every enqueue, so it must be cheap."""
+
     command: tuple[Arg, ...] = ()  # a plain command, when script is None
     script: Script | None = None
     keys: Sequence[str] = ()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -27,35 +27,55 @@ from .ops import Op
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced, safe for logs and error messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    netloc = f"{user}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL with any password (in the user info or the query) replaced by ***."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<unparsable Redis URL>"
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:  # IPv6
+            host = f"[{host}]"
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port else "")
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs],
+                          safe="*")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
-def client_options(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def client_options(extra: dict[str, Any] | None = None, url: str = "") -> dict[str, Any]:
     options: dict[str, Any] = {
-        "socket_keepalive": True,
         "health_check_interval": 30,
         "socket_connect_timeout": 5,
         "retry": Retry(ExponentialBackoff(cap=1, base=0.05), retries=3),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
     }
+    if not url.startswith("unix:"):  # redis-py refuses TCP keepalive on unix sockets
+        options["socket_keepalive"] = True
     options.update(extra or {})
     return options
+
+
+REDIS_ERRORS = (redis.RedisError, OSError)
+
+
+def mapped(exc: BaseException, url: str) -> BrokerError:
+    """The blitzq error for a redis-py (or socket) error."""
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+        return BrokerUnavailable(f"cannot reach Redis at {redact(url)}: {exc}")
+    return BrokerError(f"Redis at {redact(url)} refused a command: {exc}")
 
 
 @contextlib.contextmanager
 def mapped_errors(url: str) -> Iterator[None]:
     try:
         yield
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        raise BrokerUnavailable(f"cannot reach Redis at {redact(url)}: {exc}") from exc
-    except redis.RedisError as exc:
-        raise BrokerError(f"Redis at {redact(url)} refused a command: {exc}") from exc
+    except REDIS_ERRORS as exc:
+        raise mapped(exc, url) from exc
 
 
 def _queue(pipe: Any, op: Op) -> None:
@@ -85,10 +105,11 @@ class SyncStore:
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> SyncStore:
-        return cls(redis.Redis.from_url(url, **client_options(options)), url)
+        return cls(redis.Redis.from_url(url, **client_options(options, url)), url)
 
     def run(self, op: Op) -> Any:
-        with mapped_errors(self.url):
+        # try/except rather than `with mapped_errors`: this is every enqueue's path.
+        try:
             if op.script is None:
                 return op.result(self.client.execute_command(*op.command))
             try:
@@ -97,6 +118,8 @@ class SyncStore:
                 self.client.script_load(op.script.source)
                 reply = self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
             return op.result(reply)
+        except REDIS_ERRORS as exc:
+            raise mapped(exc, self.url) from exc
 
     def run_many(self, ops: Sequence[Op]) -> list[Any]:
         """All ops in one round trip (not a transaction: each op is atomic on its own)."""
@@ -130,10 +153,11 @@ class AsyncStore:
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> AsyncStore:
-        return cls(redis.asyncio.Redis.from_url(url, **client_options(options)), url)
+        return cls(redis.asyncio.Redis.from_url(url, **client_options(options, url)), url)
 
     async def run(self, op: Op) -> Any:
-        with mapped_errors(self.url):
+        # try/except rather than `with mapped_errors`: this is every enqueue's path.
+        try:
             if op.script is None:
                 return op.result(await self.client.execute_command(*op.command))
             try:
@@ -142,6 +166,8 @@ class AsyncStore:
                 await self.client.script_load(op.script.source)
                 reply = await self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
             return op.result(reply)
+        except REDIS_ERRORS as exc:
+            raise mapped(exc, self.url) from exc
 
     async def run_many(self, ops: Sequence[Op]) -> list[Any]:
         if not ops:

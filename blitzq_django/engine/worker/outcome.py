@@ -115,6 +115,15 @@ def running(delivery: Delivery, message: Message, started_ms: int, policy: Polic
     return Settlement(delivery, RUNNING, message.id, record.to_bytes(), state=states.RUNNING)
 
 
-def requeued(delivery: Delivery, message_id: str) -> Settlement:
-    return Settlement(delivery, REQUEUE, message_id, body=delivery.payload or b"",
+def requeued(delivery: Delivery, message: Message | None, policy: Policy) -> Settlement:
+    """Back on the queue at once (shutdown). Under track_state its record says queued again."""
+    if message is None:
+        return Settlement(delivery, REQUEUE, delivery.entry_id, body=delivery.payload or b"",
+                          state=states.QUEUED)
+    record = b""
+    if policy.track_state:
+        record = Record(id=message.id, task=message.task, queue=message.queue,
+                        state=states.QUEUED, attempt=message.attempt,
+                        created_ms=message.created_ms).to_bytes()
+    return Settlement(delivery, REQUEUE, message.id, record, body=delivery.payload or b"",
                       state=states.QUEUED)

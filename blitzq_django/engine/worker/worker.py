@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -107,6 +108,7 @@ class Worker:
         self._running = 0  # attempts executing (bounded by concurrency)
         self._threads: dict[tuple[str, str], tuple[Delivery, Any]] = {}  # thread attempts
         self._pool_threads_running = 0
+        self._threads_lock = threading.Lock()
         self._helpers_stop = asyncio.Event()
         self._waiting: deque[tuple[Delivery, Any, TaskSpec]] = deque()  # prefetched, not started
         self._runners: dict[tuple[str, str], asyncio.Task[Any]] = {}
@@ -200,7 +202,7 @@ class Worker:
         """Wait for running attempts up to shutdown_timeout; requeue what is left."""
         while self._waiting:  # prefetched but never started: back on the queue at once
             delivery, message, _spec = self._waiting.popleft()
-            self._settle(outcome.requeued(delivery, message.id))
+            self._settle(outcome.requeued(delivery, message, self._policy))
         deadline = time.monotonic() + self.config.shutdown_timeout
         while self._active and not self._forced and time.monotonic() < deadline:
             self._slot_free.clear()
@@ -215,7 +217,7 @@ class Worker:
             log.warning("requeued message %s while its thread still runs after "
                         "shutdown_timeout; it may be executed twice", message.id)
             del self._threads[key]
-            self._settle(outcome.requeued(delivery, message.id))
+            self._settle(outcome.requeued(delivery, message, self._policy))
 
     @property
     def threads_left(self) -> int:
@@ -270,7 +272,7 @@ class Worker:
         self._active[key] = delivery
         if self._stopping.is_set():
             # Fetched as we were stopping: hand it straight back.
-            self._settle(outcome.requeued(delivery, delivery.entry_id))
+            self._settle(outcome.requeued(delivery, None, self._policy))
             return
         try:
             if delivery.payload is None:
@@ -326,10 +328,13 @@ class Worker:
             else:
                 async with asyncio.timeout(timeout):
                     value = await spec.func(*message.args, **message.kwargs)
+                if _ms() - started > timeout * 1000:
+                    # It swallowed the cancellation, or blocked the loop past the deadline.
+                    raise TimeoutError(f"task exceeded its timeout of {timeout} s")
         except asyncio.CancelledError:
             if not self._stopping.is_set():
                 raise
-            self._settle(outcome.requeued(delivery, message.id))
+            self._settle(outcome.requeued(delivery, message, self._policy))
         except BaseException as exc:  # SystemExit from task code fails the attempt, not the worker
             self._settle(outcome.failed(delivery, message, spec, exc, started, _ms(), self._policy))
         else:
@@ -343,15 +348,24 @@ class Worker:
     def _run_thread(self, delivery: Delivery, message: Any, spec: TaskSpec,
                     context: TaskContext, timeout: float | None) -> None:
         loop = asyncio.get_running_loop()
-        started = _ms()
-        deadline = time.monotonic() + timeout if timeout else None
+        times = [0, 0.0]  # started ms, and monotonic start: set in the thread, when it runs
         hooks = self.around_sync_call
 
         key = (delivery.queue, delivery.entry_id)
         self._threads[key] = (delivery, message)
-        self._pool_threads_running += 1
+        with self._threads_lock:
+            self._pool_threads_running += 1
 
         def call() -> Any:
+            try:
+                return run()
+            finally:
+                # Counted down in the thread itself: after shutdown no loop runs `done`.
+                with self._threads_lock:
+                    self._pool_threads_running -= 1
+
+        def run() -> Any:
+            times[0], times[1] = _ms(), time.monotonic()
             token = _current.set(context)
             try:
                 for hook in hooks:
@@ -363,12 +377,11 @@ class Worker:
                 _current.reset(token)
 
         def done(future: Any) -> None:
-            self._pool_threads_running -= 1
             if self._threads.pop(key, None) is None:
                 return  # requeued at shutdown while it ran: its outcome is no longer ours
-            finished = _ms()
+            finished, started = _ms(), times[0] or _ms()
             error = future.exception()
-            if deadline is not None and time.monotonic() > deadline:
+            if timeout and times[1] and time.monotonic() - times[1] > timeout:
                 # The thread kept its slot until it returned; the attempt still failed.
                 error = TimeoutError(f"task exceeded its timeout of {timeout} s")
             if error is not None:

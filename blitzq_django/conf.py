@@ -1,0 +1,354 @@
+"""Settings: one ``BLITZQ = {...}`` dict merged over DEFAULTS, and the process-wide client.
+
+Nothing here reads Django settings at import time. ``get_settings()`` merges and
+caches on first use; ``get_client()`` builds the engine ``Client`` once per
+process (thread-safe). Both caches are dropped on ``setting_changed`` for
+``BLITZQ`` or ``CACHES``, so ``override_settings`` and the pytest-django
+``settings`` fixture take effect at once.
+
+Every problem with the settings is described once, in ``problems()``: system
+checks turn them into ``blitzq.E0xx`` errors, and ``get_client()`` into an
+ImproperlyConfigured naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .engine import Client, MemoryBroker, RedisBroker, TaskRegistry
+from .engine.core.message import DEFAULT_MAX_MESSAGE_SIZE
+from .engine.errors import BlitzqError
+
+#: Every key of ``settings.BLITZQ``, with its default. Keys not listed are refused.
+DEFAULTS: dict[str, Any] = {
+    # Where Redis is: a redis://, rediss:// or unix:// URL, or a zero-argument callable
+    # returning one (called when the client is built: secrets stores, embedded servers).
+    # None means: the REDIS_URL environment variable, else redis://localhost:6379/0.
+    "REDIS_URL": None,
+    # The alias of a django-redis (or Django RedisCache) cache whose LOCATION and
+    # connection options to use instead of REDIS_URL.
+    "CACHE_ALIAS": None,
+    # "redis": reliable mode on Redis streams (at-least-once).
+    # "memory": in-process only, lost on exit; for tests and notebooks, never production.
+    "BROKER": "redis",
+    # Prefix inside every key name, so several projects can share one Redis.
+    "NAMESPACE": "blitzq",
+    # The queues a worker serves when it is not given --queues.
+    "QUEUES": ["default"],
+    # The queue of tasks that do not name one; must be one of QUEUES.
+    "DEFAULT_QUEUE": "default",
+    # Keep each task's final record (result or error) for RESULT_TTL seconds.
+    "STORE_RESULTS": True,
+    "RESULT_TTL": 86400,
+    # Also write a record when a message is enqueued and each time its state changes
+    # (costs a little on every enqueue).
+    "TRACK_STATE": False,
+    # How long an idempotency key keeps a second enqueue from adding a message (seconds).
+    "IDEMPOTENCY_TTL": 86400,
+    # Encoded messages above this many bytes are refused at enqueue.
+    "MAX_MESSAGE_SIZE": DEFAULT_MAX_MESSAGE_SIZE,
+    # Seconds a running message's lease lasts unless renewed; after it, another
+    # worker may recover the message (the task then runs again: at-least-once).
+    "VISIBILITY_TIMEOUT": 60.0,
+    # Deliveries of one message (recoveries after crashes) before it is dead-lettered.
+    "MAX_DELIVERIES": 5,
+    # Dead letters kept per queue; the oldest are dropped beyond it.
+    "DEAD_LETTER_MAX": 100_000,
+    # Attempts one worker runs at once (runworker --concurrency overrides it).
+    "CONCURRENCY": 100,
+    # Seconds a stopping worker waits for running attempts before requeueing them.
+    "SHUTDOWN_TIMEOUT": 30.0,
+    # Extra keyword arguments for redis-py clients (e.g. {"ssl_cert_reqs": "required"}).
+    "REDIS_OPTIONS": {},
+}
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+BROKERS = ("redis", "memory")
+REDIS_CACHE_BACKENDS = ("django_redis.cache.RedisCache",
+                        "django.core.cache.backends.redis.RedisCache")
+
+SECRET_KEYS = frozenset({"REDIS_URL", "REDIS_OPTIONS"})
+_NUMBER = (int, float)
+#: key -> (accepted types, how to say it)
+TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "REDIS_URL": ((str, type(None)), "a URL string, a callable returning one, or None"),
+    "CACHE_ALIAS": ((str, type(None)), "a cache alias (str) or None"),
+    "BROKER": ((str,), "a string"),
+    "NAMESPACE": ((str,), "a string"),
+    "QUEUES": ((list, tuple), "a list of queue names"),
+    "DEFAULT_QUEUE": ((str,), "a string"),
+    "STORE_RESULTS": ((bool,), "True or False"),
+    "RESULT_TTL": ((int,), "an integer number of seconds"),
+    "TRACK_STATE": ((bool,), "True or False"),
+    "IDEMPOTENCY_TTL": ((int,), "an integer number of seconds"),
+    "MAX_MESSAGE_SIZE": ((int,), "an integer number of bytes"),
+    "VISIBILITY_TIMEOUT": (_NUMBER, "a number of seconds"),
+    "MAX_DELIVERIES": ((int,), "an integer"),
+    "DEAD_LETTER_MAX": ((int,), "an integer"),
+    "CONCURRENCY": ((int,), "an integer"),
+    "SHUTDOWN_TIMEOUT": (_NUMBER, "a number of seconds"),
+    "REDIS_OPTIONS": ((dict,), "a dict"),
+}
+#: key -> smallest accepted value
+MINIMUM: dict[str, float] = {
+    "RESULT_TTL": 1, "IDEMPOTENCY_TTL": 1, "MAX_MESSAGE_SIZE": 1024, "VISIBILITY_TIMEOUT": 1,
+    "MAX_DELIVERIES": 1, "DEAD_LETTER_MAX": 0, "CONCURRENCY": 1, "SHUTDOWN_TIMEOUT": 0,
+}
+
+#: The one registry of this process: @blitzq_task adds to it, every client built here
+#: and every worker started by runworker reads it.
+registry = TaskRegistry()
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with the settings, ready for a system check or an exception."""
+
+    id: str  # "blitzq.E003"
+    key: str  # "CONCURRENCY", or "" for the dict itself
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        hint = f" HINT: {self.hint}" if self.hint else ""
+        return f"{self.message} ({self.id}).{hint}"
+
+
+def _where(key: str) -> str:
+    return f"BLITZQ[{key!r}]" if key else "settings.BLITZQ"
+
+
+def user_settings() -> Any:
+    from django.conf import settings
+
+    return getattr(settings, "BLITZQ", {})
+
+
+def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Problem]:
+    """Everything wrong with ``user`` (default: settings.BLITZQ); [] when all is well.
+
+    Pure: no network. Ids are stable and documented (docs/settings.md):
+    E001 not a dict, E002 unknown key, E003 wrong type, E004 value out of range or not
+    a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS.
+    """
+    if user is None:
+        user = user_settings()
+    if not isinstance(user, dict):
+        return [Problem("blitzq.E001", "", f"settings.BLITZQ must be a dict, not "
+                        f"{type(user).__name__}.", "BLITZQ = {'REDIS_URL': 'redis://...'}")]
+    found: list[Problem] = []
+    for key in user:
+        if key not in DEFAULTS:
+            close = [k for k in DEFAULTS if k.replace("_", "") == str(key).upper().replace("_", "")]
+            hint = f"Did you mean {close[0]!r}?" if close else (
+                "Known keys: " + ", ".join(sorted(DEFAULTS)) + ".")
+            found.append(Problem("blitzq.E002", str(key), f"{_where(str(key))} is not a setting "
+                                 "of blitzq_django.", hint))
+    merged = {**DEFAULTS, **{k: v for k, v in user.items() if k in DEFAULTS}}
+    for key, (types, said) in TYPES.items():
+        value = merged[key]
+        ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+        if key == "REDIS_URL" and callable(value):
+            ok = True
+        if not ok:
+            # Never echo what may hold a password.
+            shown = "" if key in SECRET_KEYS else f" {value!r:.60}"
+            found.append(Problem("blitzq.E003", key, f"{_where(key)} must be {said}, not "
+                                 f"{type(value).__name__}{shown}.",
+                                 f"Default: {DEFAULTS[key]!r}."))
+    bad_type = {p.key for p in found if p.id == "blitzq.E003"}
+
+    def out_of_range(key: str, message: str, hint: str = "") -> None:
+        if key not in bad_type:
+            found.append(Problem("blitzq.E004", key, f"{_where(key)} {message}", hint))
+
+    for key, low in MINIMUM.items():
+        if key not in bad_type and merged[key] < low:
+            out_of_range(key, f"must be >= {low}, not {merged[key]!r}.")
+    if merged["BROKER"] not in BROKERS:
+        out_of_range("BROKER", f"must be one of {', '.join(map(repr, BROKERS))}, "
+                     f"not {merged['BROKER']!r}.")
+    if "QUEUES" not in bad_type:
+        queues = list(merged["QUEUES"])
+        if not queues or not all(isinstance(q, str) and _name_ok(q) for q in queues):
+            out_of_range("QUEUES", "must be a non-empty list of queue names (letters, digits, "
+                         "'-', '_', '.'; at most 100 characters).")
+        elif "DEFAULT_QUEUE" not in bad_type and merged["DEFAULT_QUEUE"] not in queues:
+            out_of_range("DEFAULT_QUEUE", f"{merged['DEFAULT_QUEUE']!r} is not one of "
+                         f"BLITZQ['QUEUES'] {queues!r}.",
+                         "Add it to QUEUES, or a worker started without --queues never "
+                         "serves it.")
+    if "NAMESPACE" not in bad_type and not _name_ok(merged["NAMESPACE"]):
+        out_of_range("NAMESPACE", f"{merged['NAMESPACE']!r} is not a valid namespace "
+                     "(letters, digits, '-', '_', '.'; at most 100 characters).")
+    url = merged["REDIS_URL"]
+    if isinstance(url, str) and "REDIS_URL" not in bad_type:
+        scheme = urlsplit(url).scheme
+        if scheme not in REDIS_SCHEMES:
+            found.append(Problem("blitzq.E005", "REDIS_URL", f"BLITZQ['REDIS_URL'] has scheme "
+                                 f"{scheme!r}; expected one of {', '.join(REDIS_SCHEMES)}.",
+                                 "For example redis://localhost:6379/0 or "
+                                 "unix:///run/redis.sock?db=0."))
+    alias = merged["CACHE_ALIAS"]
+    if isinstance(alias, str):
+        found += _cache_problems(alias, caches)
+    return found
+
+
+def _name_ok(name: str) -> bool:
+    # Names go inside the {hash tag} of every key: braces and ':' would break it.
+    return 0 < len(name) <= 100 and all(c.isalnum() or c in "-_." for c in name)
+
+
+def _cache_problems(alias: str, caches: dict[str, Any] | None) -> list[Problem]:
+    if caches is None:
+        from django.conf import settings
+
+        caches = getattr(settings, "CACHES", {})
+    entry = caches.get(alias)
+    if entry is None:
+        return [Problem("blitzq.E006", "CACHE_ALIAS", f"BLITZQ['CACHE_ALIAS'] is {alias!r} but "
+                        "settings.CACHES has no such alias.",
+                        f"Known aliases: {', '.join(sorted(caches)) or 'none'}.")]
+    if entry.get("BACKEND") not in REDIS_CACHE_BACKENDS:
+        return [Problem("blitzq.E006", "CACHE_ALIAS", f"BLITZQ['CACHE_ALIAS'] {alias!r} uses "
+                        f"{entry.get('BACKEND')!r}, which is not a Redis cache.",
+                        "Use a django_redis.cache.RedisCache or "
+                        "django.core.cache.backends.redis.RedisCache alias, or set REDIS_URL.")]
+    return []
+
+
+# -- the cached settings and client -----------------------------------------------------
+
+_lock = threading.RLock()
+_settings: dict[str, Any] | None = None
+_client: Client | None = None
+
+
+def get_settings() -> dict[str, Any]:
+    """The merged settings (a fresh dict after each change).
+
+    Raises ImproperlyConfigured listing every problem (each naming its key and id).
+    """
+    global _settings
+    merged = _settings
+    if merged is None:
+        with _lock:
+            if _settings is None:
+                found = problems()
+                if found:
+                    raise ImproperlyConfigured(" ".join(str(p) for p in found))
+                _settings = {**DEFAULTS, **user_settings()}
+            merged = _settings
+    return merged
+
+
+def redis_location(merged: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(URL, redis-py options) from CACHE_ALIAS or REDIS_URL."""
+    options: dict[str, Any] = {}
+    alias = merged["CACHE_ALIAS"]
+    if alias:
+        from django.conf import settings
+
+        entry = settings.CACHES[alias]
+        location = entry.get("LOCATION")
+        if isinstance(location, list | tuple):
+            location = location[0]  # the primary; the rest are replicas
+        url = str(location or DEFAULT_REDIS_URL).split(",")[0].strip()
+        cache_options = dict(entry.get("OPTIONS") or {})
+        if entry["BACKEND"].startswith("django_redis"):
+            if cache_options.get("PASSWORD"):
+                options["password"] = cache_options["PASSWORD"]
+            options.update(cache_options.get("CONNECTION_POOL_KWARGS") or {})
+        else:
+            options.update({k: v for k, v in cache_options.items()
+                            if k not in ("pool_class", "parser_class", "db")})
+    else:
+        url = merged["REDIS_URL"]
+        if callable(url):
+            url = url()
+        url = url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+        if urlsplit(url).scheme not in REDIS_SCHEMES:
+            raise ImproperlyConfigured(f"BLITZQ['REDIS_URL'] resolved to a URL with scheme "
+                                       f"{urlsplit(url).scheme!r}; expected one of "
+                                       f"{', '.join(REDIS_SCHEMES)} (blitzq.E005).")
+    options.update(merged["REDIS_OPTIONS"])
+    return url, options
+
+
+def build_client(merged: dict[str, Any]) -> Client:
+    """A new Client for these (already validated) settings, on the process registry."""
+    try:
+        if merged["BROKER"] == "memory":
+            broker: Any = MemoryBroker(record_ttl=merged["RESULT_TTL"],
+                                       idempotency_ttl=merged["IDEMPOTENCY_TTL"],
+                                       dead_letter_max=merged["DEAD_LETTER_MAX"])
+        else:
+            url, options = redis_location(merged)
+            broker = RedisBroker(url, namespace=merged["NAMESPACE"],
+                                 record_ttl=merged["RESULT_TTL"],
+                                 idempotency_ttl=merged["IDEMPOTENCY_TTL"],
+                                 dead_letter_max=merged["DEAD_LETTER_MAX"],
+                                 redis_options=options)
+        return Client(broker, registry, store_results=merged["STORE_RESULTS"],
+                      track_state=merged["TRACK_STATE"],
+                      max_message_size=merged["MAX_MESSAGE_SIZE"],
+                      default_queue=merged["DEFAULT_QUEUE"])
+    except BlitzqError as exc:
+        raise ImproperlyConfigured(f"settings.BLITZQ: {exc}") from exc
+
+
+def get_client() -> Client:
+    """The process-wide Client, built on first use from settings.BLITZQ.
+
+    Raises ImproperlyConfigured naming the setting when the settings are wrong. It
+    does not connect: the first enqueue does (or ``check_connection()``).
+    """
+    global _client
+    client = _client
+    if client is None:
+        with _lock:
+            if _client is None:
+                _client = build_client(get_settings())
+            client = _client
+    return client
+
+
+def check_connection(client: Client | None = None) -> None:
+    """Ping the broker; raise engine BrokerUnavailable (URL without password) if down."""
+    client = client or get_client()
+    ping: Callable[[], None] | None = getattr(client.broker, "ping", None)
+    if ping is not None:
+        ping()
+
+
+def default_queue() -> str:
+    return get_settings()["DEFAULT_QUEUE"]
+
+
+def reset() -> None:
+    """Forget the cached settings and client (closing its connections)."""
+    global _settings, _client
+    with _lock:
+        old, _client, _settings = _client, None, None
+    if old is not None:
+        try:
+            old.broker.close()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - closing a dead connection must not mask the change
+            pass
+
+
+@receiver(setting_changed)
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("BLITZQ", "CACHES"):
+        reset()

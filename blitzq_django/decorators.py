@@ -1,0 +1,145 @@
+"""``@blitzq_task``: define a task in any ``tasks.py``.
+
+::
+
+    from blitzq_django.decorators import blitzq_task
+
+    @blitzq_task(queue="emails", retries=3, timeout=30)
+    def send_welcome(user_id: int) -> None: ...
+
+    send_welcome.enqueue(42)                   # one Redis round trip, returns a TaskHandle
+    await send_welcome.aenqueue(42)            # from async views
+    send_welcome.enqueue_on_commit(42)         # only once the current transaction commits
+    send_welcome.options(delay=60).enqueue(42)
+
+The task is registered in the process-wide registry (``blitzq_django.conf.registry``)
+when its module is imported; the client is looked up on each enqueue, so decorating
+works at import time, before settings are read.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ParamSpec, TypeVar, overload
+
+from django.core.exceptions import ImproperlyConfigured
+
+from . import conf
+from .engine import CallOptions, Task, TaskHandle, TaskSpec
+from .engine.core.task import DEFAULT_QUEUE
+from .engine.errors import ConfigurationError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Options @blitzq_task accepts (the engine's TaskSpec options).
+TASK_OPTIONS = frozenset({
+    "name", "queue", "retries", "initial_delay", "max_delay", "factor", "jitter", "retry_on",
+    "dont_retry_on", "retry", "timeout", "store_result", "dead_letter",
+})
+
+#: Queues named by a task's ``queue=`` option (runworker serves them by default).
+declared_queues: set[str] = set()
+
+
+class BlitzqTask(Task[P, R]):
+    """An engine Task whose client is settings.BLITZQ's, with Django helpers."""
+
+    def __init__(self, spec: TaskSpec, client: Callable[[], Any] = conf.get_client,
+                 call: CallOptions | None = None, *, queue_declared: bool = True) -> None:
+        super().__init__(spec, client, call)
+        # Without queue=, a task goes to BLITZQ["DEFAULT_QUEUE"] as it is at enqueue time.
+        self.queue_declared = queue_declared
+
+    def options(self, **changes: Any) -> BlitzqTask[P, R]:
+        try:
+            call = self._call.merged(**changes)
+        except TypeError as exc:
+            raise TypeError(f"{self.spec.name}.options(): {exc}; accepted: "
+                            f"{', '.join(CallOptions.__dataclass_fields__)}") from None
+        return BlitzqTask(self.spec, self._client, call, queue_declared=self.queue_declared)
+
+    @property
+    def call(self) -> CallOptions:
+        """The per-call options of the next enqueue, with the queue resolved."""
+        if self.queue_declared or self._call.queue:
+            return self._call
+        return self._call.merged(queue=conf.default_queue())
+
+    @property
+    def queue(self) -> str:
+        return self.call.queue or self.spec.queue
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return self._client().enqueue(self.spec, args, kwargs, self.call)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        return await self._client().aenqueue(self.spec, args, kwargs, self.call)
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]] | Sequence[Any]]
+                     ) -> list[TaskHandle]:
+        """Enqueue many calls (each an args tuple, or an (args, kwargs) pair), <=1000 per
+        round trip."""
+        from .engine.client import _calls
+
+        return self._client().enqueue_many(self.spec, _calls(calls), self.call)
+
+    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
+        from .engine.client import _calls
+
+        return await self._client().aenqueue_many(self.spec, _calls(calls), self.call)
+
+    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """Enqueue once the current transaction on the default database commits.
+
+        Returns the handle at once (its id is assigned now). Nothing is enqueued if the
+        transaction rolls back. For another database use
+        ``blitzq_django.transactions.enqueue_on_commit(task, args, kwargs, using=...)``.
+        """
+        from .transactions import enqueue_on_commit
+
+        return enqueue_on_commit(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<BlitzqTask {self.spec.name}>"
+
+
+@overload
+def blitzq_task(func: Callable[P, R], /) -> BlitzqTask[P, R]: ...
+@overload
+def blitzq_task(func: None = None, /, **options: Any
+                ) -> Callable[[Callable[P, R]], BlitzqTask[P, R]]: ...
+
+
+def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """Register ``func`` as a task. Bare (``@blitzq_task``) or with options:
+
+    name (default module.qualname), queue (default BLITZQ["DEFAULT_QUEUE"]), retries,
+    initial_delay, max_delay, factor, jitter, retry_on, dont_retry_on, retry (a
+    RetryPolicy), timeout (seconds per attempt), store_result, dead_letter.
+    ``async def`` tasks run on the worker's event loop; ``def`` tasks on its thread pool.
+    """
+    unknown = set(options) - TASK_OPTIONS
+    if unknown:
+        raise TypeError(f"@blitzq_task got unknown option(s) {', '.join(sorted(unknown))}; "
+                        f"accepted: {', '.join(sorted(TASK_OPTIONS))}")
+
+    def wrap(f: Callable[P, R]) -> BlitzqTask[P, R]:
+        declared = options.get("queue") is not None
+        spec_options = {**options, "queue": options.get("queue") or DEFAULT_QUEUE}
+        where = f"@blitzq_task on {f.__module__}.{f.__qualname__}"
+        try:
+            spec = conf.registry.add(TaskSpec.build(f, **spec_options))
+        except ConfigurationError as exc:
+            raise ImproperlyConfigured(f"{where}: {exc}") from exc
+        if declared:
+            declared_queues.add(spec.queue)
+        task: BlitzqTask[P, R] = BlitzqTask(spec, conf.get_client, queue_declared=declared)
+        functools.update_wrapper(task, f, updated=())
+        return task
+
+    return wrap(func) if func is not None else wrap
+
+
+__all__ = ["BlitzqTask", "blitzq_task"]

@@ -1,0 +1,124 @@
+"""``manage.py runworker``: run a blitzq worker in this process until SIGTERM/SIGINT.
+
+List ``blitzq_django`` BEFORE ``channels`` in INSTALLED_APPS: Channels ships a
+``runworker`` command too, and the first app listed wins the name (check blitzq.W001).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections
+
+from ... import conf
+from ...engine import Worker, WorkerConfig
+from ...engine.errors import BlitzqError
+
+VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a blitzq worker: fetch messages from Redis and run their tasks until SIGTERM or "
+        "SIGINT (graceful: running attempts finish or are requeued; a second signal forces "
+        "exit). Note: put 'blitzq_django' before 'channels' in INSTALLED_APPS, since Channels "
+        "has a runworker command too."
+    )
+    # Our settings are validated in handle() with a one-line error; the rest of the
+    # checks still run there, so a worker never starts on a broken project.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queues", "--queue", action="append", default=[], metavar="A,B",
+            help="Queues to serve, comma-separated (repeatable). "
+                 "Default: BLITZQ['QUEUES'] and the queues tasks declare.")
+        parser.add_argument(
+            "--concurrency", "-c", type=positive_int, default=None, metavar="N",
+            help="Attempts run at once. Default: BLITZQ['CONCURRENCY'].")
+        parser.add_argument(
+            "--burst", action="store_true",
+            help="Drain the queues (including due scheduled messages), then exit.")
+        parser.add_argument(
+            "--shutdown-timeout", type=float, default=None, metavar="SECONDS",
+            help="On stop, wait this long for running attempts. "
+                 "Default: BLITZQ['SHUTDOWN_TIMEOUT'].")
+        parser.add_argument("--name", default=None,
+                            help="Worker name (default: host:pid:random).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(options["verbosity"])
+        try:
+            merged = conf.get_settings()
+            client = conf.get_client()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"blitzq is misconfigured: {exc}") from None
+        self.check(display_num_errors=False)
+        try:
+            conf.check_connection(client)
+        except BlitzqError as exc:
+            raise CommandError(str(exc)) from None
+        worker_options: dict[str, Any] = {
+            "queues": self._queues(options["queues"], merged),
+            "concurrency": options["concurrency"] or merged["CONCURRENCY"],
+            "visibility_timeout": float(merged["VISIBILITY_TIMEOUT"]),
+            "max_deliveries": merged["MAX_DELIVERIES"],
+            "shutdown_timeout": float(options["shutdown_timeout"]
+                                      if options["shutdown_timeout"] is not None
+                                      else merged["SHUTDOWN_TIMEOUT"]),
+            "burst": options["burst"],
+        }
+        if options["name"]:
+            worker_options["name"] = options["name"]
+        try:
+            config = WorkerConfig(**worker_options)
+        except BlitzqError as exc:
+            raise CommandError(str(exc)) from None
+        if merged["BROKER"] == "memory":
+            self.stderr.write("BLITZQ['BROKER'] is 'memory': this worker sees only messages "
+                              "enqueued in this process.")
+        if not conf.registry:
+            self.stderr.write("No tasks are registered: is there a tasks.py with "
+                              "@blitzq_task in an installed app?")
+        worker = Worker(client, config, around_sync_call=[close_old_connections])
+        try:
+            stats = asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
+        except BlitzqError as exc:
+            raise CommandError(str(exc)) from None
+        if options["verbosity"] >= 1:
+            counts = ", ".join(f"{k} {v}" for k, v in stats.as_dict().items())
+            self.stdout.write(f"worker {worker.name} stopped: {counts}")
+
+    @staticmethod
+    def _queues(given: list[str], merged: dict[str, Any]) -> tuple[str, ...]:
+        if given:
+            names = [q.strip() for part in given for q in part.split(",") if q.strip()]
+            if not names:
+                raise CommandError("--queues names no queue")
+            return tuple(dict.fromkeys(names))
+        from ...decorators import declared_queues
+
+        return tuple(dict.fromkeys([*merged["QUEUES"], *sorted(declared_queues)]))
+
+    def _configure_logging(self, verbosity: int) -> None:
+        # Like django-tasks-db: show the worker's log on the console unless the project
+        # configured the "blitzq" logger itself.
+        logger = logging.getLogger("blitzq")
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
+                                                   "%(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))

@@ -1,0 +1,79 @@
+"""Fixtures for the Django layer: settings pointing at a MemoryBroker or a real Redis,
+and a worker running in a thread of the test process.
+
+DJANGO_SETTINGS_MODULE=testproject.settings comes from pytest.ini.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis
+from django.db import close_old_connections
+
+from blitzq_django import conf
+from blitzq_django.engine import Client, Worker
+
+
+@pytest.fixture(autouse=True)
+def _fresh_blitzq() -> Iterator[None]:
+    """No client survives from one test to the next."""
+    conf.reset()
+    yield
+    conf.reset()
+
+
+@pytest.fixture
+def blitzq_memory(settings: Any) -> Client:
+    settings.BLITZQ = {"BROKER": "memory", "QUEUES": ["default"]}
+    return conf.get_client()
+
+
+@pytest.fixture
+def blitzq_redis(settings: Any, redis_url: str, namespace: str) -> Iterator[Client]:
+    settings.BLITZQ = {"REDIS_URL": redis_url, "NAMESPACE": namespace, "QUEUES": ["default"]}
+    client = conf.get_client()
+    yield client
+    plain = redis.Redis.from_url(redis_url)
+    pattern = client.broker.keys.all_keys_pattern()  # type: ignore[attr-defined]
+    keys = list(plain.scan_iter(match=pattern, count=1000))
+    if keys:
+        plain.delete(*keys)
+    plain.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def blitzq_client(request: pytest.FixtureRequest) -> Client:
+    """Each round-trip test runs on both brokers."""
+    return request.getfixturevalue(f"blitzq_{request.param}")
+
+
+@contextmanager
+def running_worker(client: Client | None = None, **options: Any) -> Iterator[Worker]:
+    """A worker on its own thread and event loop, as runworker builds it; stopped on exit."""
+    options.setdefault("concurrency", 8)
+    worker = Worker(client or conf.get_client(), around_sync_call=[close_old_connections],
+                    **options)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["stats"] = asyncio.run(worker.run(close_broker=True))
+        except BaseException as exc:  # surfaced in the test thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="blitzq-test-worker", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()  # safe even if run() has not started yet
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "worker did not stop"
+    if "error" in outcome:
+        raise outcome["error"]

@@ -1,0 +1,85 @@
+"""@blitzq_task: registration, options, lazy client, queues."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from blitzq_django import conf
+from blitzq_django.decorators import BlitzqTask, blitzq_task
+from testproject.shop import tasks
+
+
+def test_tasks_py_of_installed_apps_are_autodiscovered() -> None:
+    names = {spec.name for spec in conf.registry}
+    assert {"testproject.shop.tasks.noop", "testproject.shop.tasks.create_order",
+            "testproject.shop.tasks.fetch_exchange_rate"} <= names
+    assert conf.registry.get("testproject.shop.tasks.noop").func is tasks.noop.__wrapped__
+
+
+def test_bare_and_with_options() -> None:
+    @blitzq_task
+    def bare(x: int) -> int:
+        return x * 2
+
+    @blitzq_task(name="tests.custom", queue="emails", retries=2, timeout=3.0,
+                 store_result=False, dead_letter=False)
+    async def configured() -> None: ...
+
+    assert isinstance(bare, BlitzqTask) and bare(21) == 42
+    assert bare.__name__ == "bare" and bare.__doc__ is None
+    spec = conf.registry.get("tests.custom")
+    assert (spec.queue, spec.retry.retries, spec.timeout, spec.store_result,
+            spec.dead_letter, spec.is_async) == ("emails", 2, 3.0, False, False, True)
+
+
+def test_unknown_option_is_refused() -> None:
+    with pytest.raises(TypeError, match="priorty"):
+        blitzq_task(priorty=3)
+
+
+def test_bad_option_value_names_the_task() -> None:
+    with pytest.raises(ImproperlyConfigured, match="bad_timeout"):
+        @blitzq_task(timeout=-1)
+        def bad_timeout() -> None: ...
+
+
+def test_decorating_reads_no_settings(settings: Any) -> None:
+    settings.BLITZQ = {"CONCURRENCY": "broken"}  # any read would raise
+
+    @blitzq_task
+    def defined_anyway() -> None: ...
+
+    with pytest.raises(ImproperlyConfigured, match="CONCURRENCY"):
+        defined_anyway.enqueue()
+
+
+def test_tasks_without_a_queue_use_default_queue_at_enqueue_time(settings: Any) -> None:
+    settings.BLITZQ = {"BROKER": "memory", "QUEUES": ["main", "emails"],
+                       "DEFAULT_QUEUE": "main"}
+    assert tasks.noop.enqueue().queue == "main"
+    assert tasks.noop.options(queue="emails").enqueue().queue == "emails"
+
+    @blitzq_task(queue="emails")
+    def declared() -> None: ...
+
+    assert declared.enqueue().queue == "emails"
+
+
+def test_options_keep_the_django_helpers() -> None:
+    task = tasks.noop.options(delay=5)
+    assert isinstance(task, BlitzqTask) and hasattr(task, "enqueue_on_commit")
+    with pytest.raises(TypeError, match="accepted"):
+        tasks.noop.options(colour="red")
+
+
+def test_enqueue_many_and_aenqueue(blitzq_memory: Any) -> None:
+    import asyncio
+
+    handles = tasks.create_order.enqueue_many([("a", 1), (("b", 2), {})])
+    assert len(handles) == 2 and all(h.queue == "default" for h in handles)
+    handle = asyncio.run(tasks.fetch_exchange_rate.aenqueue("USD"))
+    assert blitzq_memory.broker.queue_stats("default")["ready"] == 3
+    assert handle.queue == "default"

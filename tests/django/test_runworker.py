@@ -1,0 +1,137 @@
+"""manage.py runworker: burst drain in a real subprocess, SIGTERM, errors, command clash."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command, get_commands
+from django.core.management.base import CommandError
+from django.test import override_settings
+
+from blitzq_django.checks import check_runworker_command
+from testproject.shop import tasks
+from tests.support.redis_server import free_port
+from tests.support.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def manage() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start manage.py commands; whatever is still running at teardown is killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT,
+                                env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture
+def worker_env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+            "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+            "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT)}
+
+
+def test_burst_drains_the_queue_and_exits(blitzq_redis: Any, worker_env: dict[str, str],
+                                          manage: Any) -> None:
+    handles = tasks.noop.enqueue_many([() for _ in range(200)])
+    handles += tasks.fetch_exchange_rate.enqueue_many([("EUR",)] * 50)
+    proc = manage("runworker", "--burst", "--queues", "default", "--concurrency", "20",
+                  env=worker_env)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "succeeded 250" in out
+    assert all(h.record(timeout=1).succeeded for h in handles[::25])
+    assert blitzq_redis.broker.queue_stats("default")["ready"] == 0
+
+
+def test_sigterm_stops_the_worker_gracefully(worker_env: dict[str, str], manage: Any) -> None:
+    proc = manage("runworker", "-v", "2", env=worker_env)
+    lines: list[str] = []
+    assert proc.stderr is not None
+    wait_until(lambda: lines.append(proc.stderr.readline()) or "serving" in lines[-1],
+               timeout=30, message="worker started")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, "".join(lines) + err
+    assert "stopping gracefully" in err and "worker" in out and "stopped" in out
+
+
+def test_unreachable_redis_exits_non_zero_with_one_line(worker_env: dict[str, str],
+                                                        manage: Any) -> None:
+    worker_env["REDIS_URL"] = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    proc = manage("runworker", "--burst", env=worker_env)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("CommandError: cannot reach Redis at redis://:***@127.0.0.1:")
+    assert "hunter2" not in err and "Traceback" not in err
+
+
+def test_misconfiguration_is_a_command_error_naming_the_key(settings: Any) -> None:
+    settings.BLITZQ = {"CONCURRENCY": "lots"}
+    with pytest.raises(CommandError, match=r"BLITZQ\['CONCURRENCY'\]"):
+        call_command("runworker", "--burst")
+
+
+def test_bad_options_are_refused(blitzq_memory: Any) -> None:
+    with pytest.raises(CommandError):
+        call_command("runworker", "--burst", "--concurrency", "0")
+    with pytest.raises(CommandError, match="names no queue"):
+        call_command("runworker", "--burst", "--queues", ",")
+
+
+def test_runworker_in_process_burst(blitzq_memory: Any) -> None:
+    handle = tasks.noop.enqueue()
+    call_command("runworker", "--burst", "--concurrency", "2", verbosity=0)
+    assert handle.record(timeout=1).succeeded
+
+
+def test_runworker_is_ours_when_listed_before_channels() -> None:
+    assert get_commands()["runworker"] == "blitzq_django"
+    assert check_runworker_command() == []
+
+
+def test_warning_when_channels_is_listed_first(settings: Any) -> None:
+    apps = [a for a in settings.INSTALLED_APPS if a != "channels"]
+    apps.insert(apps.index("blitzq_django"), "channels")
+    with override_settings(INSTALLED_APPS=apps):
+        assert get_commands()["runworker"] == "channels"
+        (warning,) = check_runworker_command()
+    assert warning.id == "blitzq.W001"
+    assert "'channels'" in warning.msg and "before" in warning.hint
+
+
+def test_default_queues_are_settings_queues_plus_declared_ones(settings: Any) -> None:
+    from blitzq_django.checks import check_task_queues
+    from blitzq_django.decorators import blitzq_task
+    from blitzq_django.management.commands.runworker import Command
+
+    settings.BLITZQ = {"BROKER": "memory", "QUEUES": ["default", "low"]}
+
+    @blitzq_task(queue="reports")
+    def build_report() -> None: ...
+
+    queues = Command._queues([], {"QUEUES": ["default", "low"]})
+    assert queues[:2] == ("default", "low") and "reports" in queues
+    assert Command._queues(["a,b", "c"], {}) == ("a", "b", "c")
+    warnings = [w for w in check_task_queues() if w.obj == build_report.name]
+    assert [w.id for w in warnings] == ["blitzq.W002"]

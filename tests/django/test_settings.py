@@ -1,0 +1,172 @@
+"""settings.BLITZQ: validation (system checks, ImproperlyConfigured), laziness, Redis location."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from blitzq_django import conf
+from blitzq_django.checks import check_redis_reachable, check_settings
+from blitzq_django.engine import BrokerUnavailable, MemoryBroker, RedisBroker
+from tests.support.redis_server import free_port
+
+
+def ids(user: Any, **kw: Any) -> list[str]:
+    return [p.id for p in conf.problems(user, **kw)]
+
+
+def test_defaults_are_valid() -> None:
+    assert conf.problems({}) == []
+
+
+@pytest.mark.parametrize(("user", "expected_id", "named"), [
+    ([("REDIS_URL", "x")], "blitzq.E001", "settings.BLITZQ"),
+    ({"REDIS_ULR": "redis://x"}, "blitzq.E002", "REDIS_ULR"),
+    ({"CONCURRENCY": "10"}, "blitzq.E003", "CONCURRENCY"),
+    ({"STORE_RESULTS": 1}, "blitzq.E003", "STORE_RESULTS"),
+    ({"RESULT_TTL": True}, "blitzq.E003", "RESULT_TTL"),
+    ({"QUEUES": "default"}, "blitzq.E003", "QUEUES"),
+    ({"CONCURRENCY": 0}, "blitzq.E004", "CONCURRENCY"),
+    ({"BROKER": "rabbitmq"}, "blitzq.E004", "BROKER"),
+    ({"QUEUES": ["a"], "DEFAULT_QUEUE": "b"}, "blitzq.E004", "DEFAULT_QUEUE"),
+    ({"QUEUES": ["a{b}"], "DEFAULT_QUEUE": "a{b}"}, "blitzq.E004", "QUEUES"),
+    ({"NAMESPACE": "my:ns"}, "blitzq.E004", "NAMESPACE"),
+    ({"REDIS_URL": "http://localhost:6379"}, "blitzq.E005", "REDIS_URL"),
+    ({"CACHE_ALIAS": "nope"}, "blitzq.E006", "CACHE_ALIAS"),
+])
+def test_each_problem_has_its_id_and_names_the_key(user: Any, expected_id: str,
+                                                   named: str) -> None:
+    found = conf.problems(user)
+    assert [p.id for p in found] == [expected_id]
+    assert named in found[0].message
+
+
+def test_unknown_key_suggests_the_close_one() -> None:
+    (problem,) = conf.problems({"redis_url": "redis://x"})
+    assert problem.id == "blitzq.E002"
+    assert "Did you mean 'REDIS_URL'?" in problem.hint
+
+
+def test_cache_alias_must_be_a_redis_cache() -> None:
+    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    assert ids({"CACHE_ALIAS": "default"}, caches=caches) == ["blitzq.E006"]
+
+
+def test_manage_py_check_reports_errors_with_ids(settings: Any) -> None:
+    settings.BLITZQ = {"CONCURRENCY": "ten", "NOT_A_KEY": 1}
+    messages = check_settings()
+    assert {m.id for m in messages} == {"blitzq.E002", "blitzq.E003"}
+    assert all(isinstance(m, checks.Error) and m.hint for m in messages)
+    with pytest.raises(SystemCheckError) as info:
+        call_command("check", "--tag", "blitzq")
+    assert "blitzq.E003" in str(info.value) and "CONCURRENCY" in str(info.value)
+
+
+def test_check_passes_on_the_testproject() -> None:
+    call_command("check")  # raises SystemCheckError on any error
+
+
+def test_bad_settings_raise_improperly_configured_naming_the_key(settings: Any) -> None:
+    settings.BLITZQ = {"VISIBILITY_TIMEOUT": "1 minute"}
+    with pytest.raises(ImproperlyConfigured, match=r"BLITZQ\['VISIBILITY_TIMEOUT'\]"):
+        conf.get_client()
+
+
+def test_settings_are_read_lazily_and_follow_override_settings(settings: Any) -> None:
+    settings.BLITZQ = {"BROKER": "memory", "NAMESPACE": "one"}
+    first = conf.get_client()
+    assert conf.get_client() is first  # cached
+    assert isinstance(first.broker, MemoryBroker)
+    with override_settings(BLITZQ={"REDIS_URL": "redis://example.invalid:1/0",
+                                   "NAMESPACE": "two"}):
+        second = conf.get_client()
+        assert isinstance(second.broker, RedisBroker)
+        assert second.broker.keys.namespace == "two"
+    assert conf.get_client() is not second
+
+
+def test_redis_url_may_be_a_callable_and_defaults_to_the_environment(
+        settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings.BLITZQ = {"REDIS_URL": lambda: "redis://from-callable:6379/3"}
+    assert conf.get_client().broker.url == "redis://from-callable:6379/3"
+    monkeypatch.setenv("REDIS_URL", "redis://from-env:6379/4")
+    settings.BLITZQ = {}
+    assert conf.get_client().broker.url == "redis://from-env:6379/4"
+
+
+def test_cache_alias_uses_the_django_redis_location_and_password(settings: Any) -> None:
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {"BACKEND": "django_redis.cache.RedisCache",
+                  "LOCATION": ["redis://cache-host:6380/2", "redis://replica:6380/2"],
+                  "OPTIONS": {"PASSWORD": "pw", "CONNECTION_POOL_KWARGS": {"max_connections": 7}}},
+    }
+    settings.BLITZQ = {"CACHE_ALIAS": "redis", "REDIS_OPTIONS": {"socket_timeout": 3}}
+    broker = conf.get_client().broker
+    assert broker.url == "redis://cache-host:6380/2"
+    assert broker._options == {"password": "pw", "max_connections": 7, "socket_timeout": 3}
+
+
+def _unreachable(settings: Any) -> str:
+    port = free_port()  # nothing listens there
+    settings.BLITZQ = {"REDIS_URL": f"redis://user:s3cret-pw@127.0.0.1:{port}/0"}
+    return f"127.0.0.1:{port}"
+
+
+def test_unreachable_redis_is_a_clear_error_without_the_password(settings: Any) -> None:
+    where = _unreachable(settings)
+    with pytest.raises(BrokerUnavailable) as info:
+        conf.check_connection()
+    assert where in str(info.value) and "s3cret-pw" not in str(info.value)
+
+
+def test_deploy_check_pings_redis(settings: Any) -> None:
+    where = _unreachable(settings)
+    (error,) = check_redis_reachable()
+    assert error.id == "blitzq.E007"
+    assert where in error.msg and "s3cret-pw" not in error.msg
+
+
+def test_deploy_check_is_not_run_by_default(settings: Any) -> None:
+    _unreachable(settings)
+    registered = checks.registry.registry.get_checks(include_deployment_checks=False)
+    assert check_redis_reachable not in registered
+    call_command("check")  # no network: passes although Redis is unreachable
+
+
+def test_deploy_check_passes_with_a_reachable_redis(blitzq_redis: Any) -> None:
+    assert check_redis_reachable() == []
+
+
+def test_memory_broker_is_flagged_in_deploy_checks(blitzq_memory: Any) -> None:
+    assert [m.id for m in check_redis_reachable()] == ["blitzq.W003"]
+
+
+def test_cache_alias_round_trip_on_a_real_redis(settings: Any, redis_url: str,
+                                                namespace: str) -> None:
+    from testproject.shop import tasks
+
+    from .conftest import running_worker
+
+    settings.CACHES = {**settings.CACHES, "queue": {"BACKEND": "django_redis.cache.RedisCache",
+                                                     "LOCATION": redis_url}}
+    settings.BLITZQ = {"CACHE_ALIAS": "queue", "NAMESPACE": namespace}
+    conf.check_connection()
+    handle = tasks.fetch_exchange_rate.enqueue("GBP")
+    try:
+        with running_worker():
+            assert handle.result(timeout=10) == 0.85
+    finally:
+        import redis
+
+        plain = redis.Redis.from_url(redis_url)
+        keys = list(plain.scan_iter(match=conf.get_client().broker.keys.all_keys_pattern()))
+        if keys:
+            plain.delete(*keys)
+        plain.close()

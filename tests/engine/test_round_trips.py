@@ -1,0 +1,99 @@
+"""A producer pays one round trip per enqueue (and one per 1000 in bulk)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from blitzq_django.engine import Client, RedisBroker
+
+
+class CountingConnection(redis.Connection):
+    """A real connection that counts how many times it writes to the socket."""
+
+    writes = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).writes += 1
+        super().send_packed_command(command, check_health)
+
+
+@pytest.fixture
+def counted(redis_url: str, namespace: str, redis_client: redis.Redis) -> Any:
+    CountingConnection.writes = 0
+    broker = RedisBroker(redis_url, namespace=namespace,
+                         redis_options={"connection_class": CountingConnection})
+    yield broker
+    broker.close()
+    keys = list(redis_client.scan_iter(match=broker.keys.all_keys_pattern(), count=1000))
+    if keys:
+        redis_client.delete(*keys)
+
+
+def commands_processed(redis_client: redis.Redis) -> int:
+    return int(redis_client.info("stats")["total_commands_processed"])
+
+
+def command_calls(redis_client: redis.Redis) -> dict[str, int]:
+    return {k: v["calls"] for k, v in redis_client.info("commandstats").items()}
+
+
+def test_plain_enqueue_is_one_command(counted: RedisBroker, redis_client: redis.Redis) -> None:
+    client = Client(counted)
+
+    @client.task(name="t")
+    def t(x: int) -> None:
+        return None
+
+    counted.ping()  # connect first: the handshake is not the enqueue's cost
+    before = commands_processed(redis_client)
+    writes = CountingConnection.writes
+    t.enqueue(1)
+    after = commands_processed(redis_client)
+    assert CountingConnection.writes - writes == 1
+    assert after - before - 1 == 1  # minus our first INFO, counted in the second
+
+
+@pytest.mark.parametrize(
+    ("options", "track_state"),
+    [({"delay": 30}, False), ({"idempotency_key": "k"}, False), ({}, True)],
+    ids=["delayed", "idempotent", "tracked"],
+)
+def test_scripted_enqueue_is_one_round_trip(counted: RedisBroker, redis_client: redis.Redis,
+                                            options: dict[str, Any], track_state: bool) -> None:
+    client = Client(counted, track_state=track_state)
+
+    @client.task(name="t")
+    def t(x: int) -> None:
+        return None
+
+    t.options(delay=1).enqueue(0)  # loads the script: a NOSCRIPT reply costs one more trip, once
+    before = command_calls(redis_client)
+    writes = CountingConnection.writes
+    t.options(**options).enqueue(1)
+    after = command_calls(redis_client)
+    assert CountingConnection.writes - writes == 1
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    delta = {k: v for k, v in delta.items() if v}
+    assert delta.pop("cmdstat_evalsha") == 1
+    assert delta.pop("cmdstat_info") == 1  # our own measuring command
+    # Everything else ran inside the script, not as another round trip.
+    inside = {"cmdstat_xadd", "cmdstat_zadd", "cmdstat_hset", "cmdstat_set", "cmdstat_get"}
+    assert set(delta) <= inside, delta
+
+
+def test_bulk_enqueue_is_one_round_trip_per_1000(counted: RedisBroker) -> None:
+    client = Client(counted)
+
+    @client.task(name="t")
+    def t(x: int) -> None:
+        return None
+
+    counted.ping()
+    writes = CountingConnection.writes
+    handles = t.enqueue_many([(i,) for i in range(2500)])
+    assert len(handles) == 2500
+    assert CountingConnection.writes - writes == 3
+    assert counted.queue_stats("default")["ready"] == 2500
