@@ -15,14 +15,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .client import Client
-from .errors import BlitzqError
+from .errors import BlitzqError, ConfigurationError
 from .supervisor import Supervisor
 from .worker import Worker, WorkerConfig
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--queues", "-Q", default="", help="comma-separated queues (default: every known queue)")
+    add("--queues", "--queue", "-Q", action="append", default=[], metavar="A,B",
+        help="queues to serve, comma-separated, repeatable (default: every known queue)")
     add("--concurrency", "-c", type=int, default=None, help="attempts running at once per process")
     add("--prefetch", type=int, default=None,
         help="most unacked messages a process holds (default concurrency + batch size)")
@@ -45,9 +46,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
 def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = None) -> WorkerConfig:
     """Build a WorkerConfig from parsed options over settings-provided defaults."""
     values: dict[str, Any] = dict(defaults or {})
-    queues = [q.strip() for q in (options.get("queues") or "").split(",") if q.strip()]
+    queues = parse_queues(options.get("queues") or [])
     if queues:
-        values["queues"] = tuple(queues)
+        values["queues"] = queues
     for field in ("concurrency", "prefetch", "threads", "batch_size", "visibility_timeout",
                   "max_deliveries", "shutdown_timeout", "name"):
         if options.get(field) is not None:
@@ -57,6 +58,14 @@ def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = Non
     values["max_tasks"] = options.get("max_tasks_per_child") or 0
     values["max_memory_mb"] = options.get("max_memory_per_child") or 0
     return WorkerConfig(**values)
+
+
+def parse_queues(given: Sequence[str]) -> tuple[str, ...]:
+    """["a,b", "c"] -> ("a", "b", "c"); a --queues that names no queue is an error."""
+    names = [q.strip() for part in given for q in part.split(",") if q.strip()]
+    if given and not names:
+        raise ConfigurationError("--queues names no queue")
+    return tuple(dict.fromkeys(names))
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:

@@ -14,17 +14,18 @@ import time
 from collections.abc import Callable
 
 from ..brokers.base import Broker, Settlement
-from ..errors import BlitzqError
+from ..errors import BlitzqError, BrokerUnavailable
 
 log = logging.getLogger("blitzq.worker")
 
 MAX_PER_WRITE = 1000
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0
+MAX_REFUSALS = 5
 
 
 class Flusher:
     def __init__(self, broker: Broker, consumer: str,
-                 on_settled: Callable[[Settlement, bool], None]) -> None:
+                 on_settled: Callable[[Settlement, bool | None], None]) -> None:
         self._broker = broker
         self._consumer = consumer
         self._on_settled = on_settled
@@ -43,6 +44,7 @@ class Flusher:
     async def run(self) -> None:
         """Write until closed and empty. Never drops a settlement on a Redis error."""
         backoff = BACKOFF_MIN_S
+        refusals = 0
         while True:
             if not self._buffer:
                 if self._closing:
@@ -54,12 +56,27 @@ class Flusher:
             try:
                 settled = await self._broker.settle(self._consumer, batch, int(time.time() * 1000))
             except (BlitzqError, OSError) as exc:
+                # Redis unreachable: retry for as long as it takes. Redis refusing the write
+                # (a key of the wrong type, say) will not heal: give the batch up after a few
+                # tries; its messages stay pending and are redelivered after the lease expires.
+                if not isinstance(exc, BrokerUnavailable | OSError):
+                    refusals += 1
+                    if refusals >= MAX_REFUSALS:
+                        log.error("Redis refused %d settlements %d times, giving them up "
+                                  "(redelivered after visibility_timeout): %s",
+                                  len(batch), refusals, exc)
+                        del self._buffer[:len(batch)]
+                        for settlement in batch:
+                            self._on_settled(settlement, None)
+                        refusals = 0
+                        continue
                 log.warning("writing %d settlements failed, retrying in %.2fs: %s",
                             len(batch), backoff, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
             backoff = BACKOFF_MIN_S
+            refusals = 0
             del self._buffer[:len(batch)]
             for settlement, ok in zip(batch, settled, strict=True):
                 self._on_settled(settlement, ok)

@@ -409,14 +409,17 @@ class Worker:
             self._settling.add((settlement.delivery.queue, settlement.delivery.entry_id))
         self._flusher.add(settlement)
 
-    def _settled(self, settlement: Settlement, ok: bool) -> None:
-        """Called by the flusher once a settlement is written (or refused)."""
+    def _settled(self, settlement: Settlement, ok: bool | None) -> None:
+        """Called by the flusher once a settlement is written (True), refused because the
+        lease was lost (False), or given up after Redis refused it (None)."""
         if settlement.kind == RUNNING:
             return  # the delivery goes on; only its "running" record was written
         key = (settlement.delivery.queue, settlement.delivery.entry_id)
         self._active.pop(key, None)
         self._settling.discard(key)
         self._slot_free.set()
+        if ok is None:
+            return
         if not ok:
             self.stats.lost_leases += 1
             log.warning("lease lost; message may be executed again (message %s, entry %s): "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
 from ... import conf
-from ...engine import Worker, WorkerConfig
+from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -41,22 +42,8 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--queues", "--queue", action="append", default=[], metavar="A,B",
-            help="Queues to serve, comma-separated (repeatable). "
-                 "Default: BLITZQ['QUEUES'] and the queues tasks declare.")
-        parser.add_argument(
-            "--concurrency", "-c", type=positive_int, default=None, metavar="N",
-            help="Attempts run at once. Default: BLITZQ['CONCURRENCY'].")
-        parser.add_argument(
-            "--burst", action="store_true",
-            help="Drain the queues (including due scheduled messages), then exit.")
-        parser.add_argument(
-            "--shutdown-timeout", type=float, default=None, metavar="SECONDS",
-            help="On stop, wait this long for running attempts. "
-                 "Default: BLITZQ['SHUTDOWN_TIMEOUT'].")
-        parser.add_argument("--name", default=None,
-                            help="Worker name (default: host:pid:random).")
+        # The engine CLI's options: one definition for both ways of running a worker.
+        cli.add_worker_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
@@ -68,30 +55,29 @@ class Command(BaseCommand):
         self.check(display_num_errors=False)
         try:
             conf.check_connection(client)
-        except BlitzqError as exc:
-            raise CommandError(str(exc)) from None
-        worker_options: dict[str, Any] = {
-            "queues": self._queues(options["queues"], merged),
-            "concurrency": options["concurrency"] or merged["CONCURRENCY"],
-            "visibility_timeout": float(merged["VISIBILITY_TIMEOUT"]),
-            "max_deliveries": merged["MAX_DELIVERIES"],
-            "shutdown_timeout": float(options["shutdown_timeout"]
-                                      if options["shutdown_timeout"] is not None
-                                      else merged["SHUTDOWN_TIMEOUT"]),
-            "burst": options["burst"],
-        }
-        if options["name"]:
-            worker_options["name"] = options["name"]
-        try:
-            config = WorkerConfig(**worker_options)
+            config = cli.worker_config(options, {
+                "queues": self._queues(options["queues"], merged),
+                "concurrency": merged["CONCURRENCY"],
+                "visibility_timeout": float(merged["VISIBILITY_TIMEOUT"]),
+                "max_deliveries": merged["MAX_DELIVERIES"],
+                "shutdown_timeout": float(merged["SHUTDOWN_TIMEOUT"]),
+            })
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
         if merged["BROKER"] == "memory":
             self.stderr.write("BLITZQ['BROKER'] is 'memory': this worker sees only messages "
                               "enqueued in this process.")
+            if options["processes"] > 1:
+                raise CommandError("--processes needs a Redis broker, not 'memory'")
         if not conf.registry:
             self.stderr.write("No tasks are registered: is there a tasks.py with "
                               "@blitzq_task in an installed app?")
+        if options["processes"] > 1:
+            # Each child is this same command without --processes, in a fresh process.
+            code = cli.run(client, config, options["processes"], [sys.executable, *sys.argv])
+            if code:
+                raise CommandError(f"a worker process exited with status {code}")
+            return
         worker = Worker(client, config, around_sync_call=[close_old_connections])
         try:
             stats = asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
@@ -100,14 +86,16 @@ class Command(BaseCommand):
         if options["verbosity"] >= 1:
             counts = ", ".join(f"{k} {v}" for k, v in stats.as_dict().items())
             self.stdout.write(f"worker {worker.name} stopped: {counts}")
+        if worker.forced or worker.threads_left:
+            # Threads still run task code whose messages were requeued; do not wait for them.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1 if worker.forced else 0)
 
     @staticmethod
     def _queues(given: list[str], merged: dict[str, Any]) -> tuple[str, ...]:
         if given:
-            names = [q.strip() for part in given for q in part.split(",") if q.strip()]
-            if not names:
-                raise CommandError("--queues names no queue")
-            return tuple(dict.fromkeys(names))
+            return cli.parse_queues(given)
         from ...decorators import declared_queues
 
         return tuple(dict.fromkeys([*merged["QUEUES"], *sorted(declared_queues)]))
