@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -22,11 +23,14 @@ class TaskContext:
         return self.attempt - 1
 
 
-_current: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
+#: Set by the worker around each attempt to a zero-argument factory of its TaskContext:
+#: the context is built only when task code asks for it, not for every message.
+_current: contextvars.ContextVar[Callable[[], TaskContext] | None] = contextvars.ContextVar(
     "blitzq_current_task", default=None
 )
 
 
 def current_task() -> TaskContext | None:
     """The attempt running in this context, or None outside task code."""
-    return _current.get()
+    factory = _current.get()
+    return factory() if factory is not None else None

@@ -171,3 +171,37 @@ async def test_retry_backoff_is_promoted_by_a_running_worker(client: Client) -> 
     assert len(started) == 2
     assert started[1] - started[0] >= 300
     assert started[1] - started[0] < 2300
+
+
+def test_burst_does_not_stop_while_a_promoted_message_waits(client: Client) -> None:
+    # A burst worker drains its queues before it stops. A promoter (its own helper, or
+    # another worker's) may move a due retry onto the queue between the burst's last empty
+    # fetch and its final "anything due?" check; that message must still be run, not left
+    # behind. Here the race is forced: a promotion right after every empty fetch.
+    from .helpers import run_burst
+
+    attempts: list[int] = []
+
+    @client.task(name="flaky", retries=1, initial_delay=0)
+    def flaky() -> str:
+        attempts.append(current_task().attempt)  # type: ignore[union-attr]
+        if len(attempts) == 1:
+            raise ValueError("first attempt fails")
+        return "second"
+
+    broker = client.broker
+    fetch = broker.fetch
+
+    async def fetch_then_promote(queues: Any, consumer: str, count: int,
+                                 block_ms: int) -> Any:
+        deliveries = await fetch(queues, consumer, count, block_ms)
+        if not deliveries:
+            for queue in queues:
+                await broker.promote(queue, now_ms(), 1000)
+        return deliveries
+
+    broker.fetch = fetch_then_promote  # type: ignore[method-assign]
+    h = flaky.enqueue()
+    run_burst(client)
+    assert attempts == [1, 2]
+    assert h.result(timeout=1) == "second"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..core.record import Record
 
@@ -20,9 +20,8 @@ REQUEUE = "requeue"  # acked, put back on the queue at once
 RUNNING = "running"  # not acked: only the "running" record is written (track_state)
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One handing-out of a message to a worker."""
+class Delivery(NamedTuple):
+    """One handing-out of a message to a worker. (A NamedTuple: one per message, so cheap.)"""
 
     queue: str
     entry_id: str
@@ -30,9 +29,8 @@ class Delivery:
     delivery_count: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """How one delivery ends; applied atomically with its ack."""
+class Settlement(NamedTuple):
+    """How one delivery ends; applied atomically with its ack. (NamedTuple: one per message.)"""
 
     delivery: Delivery
     kind: str  # DONE | RETRY | DEAD | REQUEUE

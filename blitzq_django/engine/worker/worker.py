@@ -303,10 +303,14 @@ class Worker:
 
     def _launch(self, delivery: Delivery, message: Any, spec: TaskSpec) -> None:
         self._running += 1
-        context = TaskContext(id=message.id, name=spec.name, queue=message.queue,
-                              attempt=message.attempt,
-                              max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
-                              delivery_count=delivery.delivery_count, worker=self.name)
+        worker = self.name
+
+        def context() -> TaskContext:
+            return TaskContext(id=message.id, name=spec.name, queue=message.queue,
+                               attempt=message.attempt,
+                               max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
+                               delivery_count=delivery.delivery_count, worker=worker)
+
         timeout = message.timeout or spec.timeout
         if self._policy.track_state:
             self._settle(outcome.running(delivery, message, _ms(), self._policy))
@@ -318,7 +322,7 @@ class Worker:
             self._run_thread(delivery, message, spec, context, timeout)
 
     async def _run_async(self, delivery: Delivery, message: Any, spec: TaskSpec,
-                         context: TaskContext, timeout: float | None) -> None:
+                         context: Callable[[], TaskContext], timeout: float | None) -> None:
         key = (delivery.queue, delivery.entry_id)
         started = _ms()
         token = _current.set(context)
@@ -326,9 +330,10 @@ class Worker:
             if timeout is None:
                 value = await spec.func(*message.args, **message.kwargs)
             else:
-                async with asyncio.timeout(timeout):
+                began = time.monotonic()
+                async with asyncio.timeout(timeout) as deadline:
                     value = await spec.func(*message.args, **message.kwargs)
-                if _ms() - started > timeout * 1000:
+                if deadline.expired() or time.monotonic() - began > timeout:
                     # It swallowed the cancellation, or blocked the loop past the deadline.
                     raise TimeoutError(f"task exceeded its timeout of {timeout} s")
         except asyncio.CancelledError:
@@ -346,7 +351,7 @@ class Worker:
             self._attempt_done()
 
     def _run_thread(self, delivery: Delivery, message: Any, spec: TaskSpec,
-                    context: TaskContext, timeout: float | None) -> None:
+                    context: Callable[[], TaskContext], timeout: float | None) -> None:
         loop = asyncio.get_running_loop()
         times = [0, 0.0]  # started ms, and monotonic start: set in the thread, when it runs
         hooks = self.around_sync_call
