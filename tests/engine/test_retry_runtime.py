@@ -293,7 +293,7 @@ def test_async_task_that_overruns_its_timeout_fails_anyway(client: Client, kind:
 
     # Several, one after the other: a cancellation caught right at the timeout must be seen
     # as a timeout every time, not only when the clock's millisecond happens to tick over.
-    handles = overrun.enqueue_many([()] * (10 if kind == "swallows-cancel" else 1))
+    handles = overrun.enqueue_many([()] * (15 if kind == "swallows-cancel" else 1))
     run_burst(client, concurrency=1)
     records = [client.get_result(h.id, 5) for h in handles]
     assert [(r.state, r.error_type) for r in records] == [

@@ -11,7 +11,7 @@ from ..core import deadletter as reasons
 from ..core import record as states
 from ..core.deadletter import DeadLetter, malformed_id
 from ..core.message import Message, encode
-from ..core.record import Record
+from ..core.record import Record, encode_success
 from ..core.task import TaskSpec
 
 
@@ -34,12 +34,9 @@ def succeeded(delivery: Delivery, message: Message, spec: TaskSpec, value: Any,
               started_ms: int, finished_ms: int, policy: Policy) -> Settlement:
     if not _store(spec, policy):
         return Settlement(delivery, DONE, message.id, state=states.SUCCEEDED)
-    record = Record(id=message.id, task=message.task, queue=message.queue,
-                    state=states.SUCCEEDED, attempt=message.attempt, result=value,
-                    created_ms=message.created_ms, started_ms=started_ms,
-                    finished_ms=finished_ms, worker=policy.worker)
     try:
-        data = record.to_bytes()
+        data = encode_success(message.id, message.task, message.queue, message.attempt, value,
+                              message.created_ms, started_ms, finished_ms, policy.worker)
     except (TypeError, ValueError, OverflowError) as exc:
         error = TypeError(f"task result of type {type(value).__qualname__} cannot be stored: {exc}")
         return failed(delivery, message, spec, error, started_ms, finished_ms, policy, retry=False)

@@ -230,6 +230,7 @@ class Worker:
         cfg = self.config
         block_ms = int((0.05 if cfg.burst else cfg.block_timeout) * 1000)
         backoff = FETCH_BACKOFF_MIN_S
+        quiet = 0
         while not self._stopping.is_set():
             free = cfg.prefetch_count - len(self._active)
             if free <= 0:
@@ -247,8 +248,13 @@ class Worker:
             backoff = FETCH_BACKOFF_MIN_S
             for delivery in deliveries:
                 self._start(delivery)
-            if cfg.burst and not deliveries and not self._active and await self._nothing_due():
-                return
+            if cfg.burst:
+                # Done when idle twice in a row: another promoter may have moved a message
+                # onto the queue between our empty fetch and our own promotion.
+                idle = not deliveries and not self._active and await self._nothing_due()
+                quiet = quiet + 1 if idle else 0
+                if quiet >= 2:
+                    return
 
     async def _nothing_due(self) -> bool:
         if self._flusher is not None and self._flusher.backlog:
