@@ -375,3 +375,38 @@ def test_bulk_operations_span_several_batches(app: App) -> None:
     assert all(h.result(timeout=5) == i * 10 for i, h in enumerate(handles))
     assert dl.purge(ids=[h.id for h in refunds]) == 30
     assert dl.count() == 0
+
+
+def test_replay_keeps_per_call_options(app: App) -> None:
+    h = app.charge.options(retries=3).enqueue(2)
+    run_burst(app.client)
+    assert app.attempts[h.id] == [1, 2, 3, 4]
+    assert app.client.dead_letters.replay(h.id) == 1
+    run_burst(app.client)
+    assert app.attempts[h.id] == [1, 2, 3, 4] * 2  # the per-call budget again, from 1
+
+
+def test_unknown_task_letter_runs_once_a_worker_knows_the_task(broker: Any) -> None:
+    producer, consumer = Client(broker), Client(broker)
+
+    @producer.task(name="later.deployed")
+    def early(x: int) -> int:
+        return x
+
+    h = early.enqueue(21)
+
+    @consumer.task(name="other")
+    def other() -> None:
+        return None
+
+    run_burst(consumer)
+    letter = consumer.dead_letters.get(h.id)
+    assert letter is not None and letter.reason == "unknown task"
+
+    @consumer.task(name="later.deployed")
+    def deployed(x: int) -> int:
+        return x * 2
+
+    assert consumer.dead_letters.replay(h.id) == 1
+    run_burst(consumer)
+    assert h.result(timeout=5) == 42

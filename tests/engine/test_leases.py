@@ -207,7 +207,7 @@ async def test_a_live_worker_keeps_its_lease_past_the_visibility_timeout(
     @client.task(name="long")
     def long() -> str:
         ran.append(current_task().delivery_count)  # type: ignore[union-attr]
-        release.wait(1.5)  # three visibility timeouts
+        release.wait(1.2)  # over two visibility timeouts
         return "once"
 
     h = long.enqueue()

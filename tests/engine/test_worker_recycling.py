@@ -111,7 +111,7 @@ def test_supervisor_replaces_children_that_exit(tmp_path: Any) -> None:
     try:
         def restarted() -> bool:
             assert process.poll() is None, process.communicate()
-            return marker.exists() and len(marker.read_text()) >= 5  # 2 starts + 3 restarts
+            return marker.exists() and len(marker.read_text()) >= 4  # 2 starts + 2 restarts
 
         wait_until(restarted, 15, interval=0.05, message="children to be restarted")
         process.terminate()
@@ -123,7 +123,7 @@ def test_supervisor_replaces_children_that_exit(tmp_path: Any) -> None:
     assert process.returncode == 0, err
     assert "recycled" in err
     restarts = int(out.split()[-1])
-    assert restarts >= 3
+    assert restarts >= 2
 
 
 def test_supervisor_rejects_zero_processes() -> None:

@@ -38,7 +38,7 @@ class Settlement(NamedTuple):
     record: bytes = b""  # encoded Record to store, or b""
     notify: bool = False  # publish "final record written" for get_result
     body: bytes = b""  # RETRY/REQUEUE: encoded message; DEAD: encoded dead letter
-    due_ms: int = 0  # RETRY: when the next attempt is due
+    due_ms: int = 0  # RETRY: when the next attempt is due; DEAD: the dead letter's time
     state: str = ""  # the record state this settlement means (for stats and events)
     # For the worker's failure hooks once the settlement is written; never sent to the broker.
     failure: Any = None  # Record of the failed attempt

@@ -180,9 +180,6 @@ class RedisBroker:
     def _dl_replay(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> Op:
         return ops.replay_dead_letters(self.keys.queue(queue), items, self.mode)
 
-    def _dl_purge(self, queue: str) -> Op:
-        keys = self.keys.queue(queue)
-        return ops.delete(keys.dead_letters, keys.dead_letter_data)
 
     def dead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]:
         return self.sync.run(self._dl_ids(queue, min_ms, max_ms))
@@ -214,14 +211,10 @@ class RedisBroker:
         return await self.aio.run(ops.remove_dead_letters(self.keys.queue(queue), ids))
 
     def purge_dead_letters(self, queue: str) -> int:
-        count = self.sync.run(ops.zcard(self.keys.queue(queue).dead_letters))
-        self.sync.run(self._dl_purge(queue))
-        return count
+        return self.sync.run(ops.purge_dead_letters(self.keys.queue(queue)))
 
     async def apurge_dead_letters(self, queue: str) -> int:
-        count = await self.aio.run(ops.zcard(self.keys.queue(queue).dead_letters))
-        await self.aio.run(self._dl_purge(queue))
-        return count
+        return await self.aio.run(ops.purge_dead_letters(self.keys.queue(queue)))
 
     # -- worker --------------------------------------------------------------
 

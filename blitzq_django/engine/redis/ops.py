@@ -198,8 +198,10 @@ def remove_dead_letters(keys: QueueKeys, ids: Sequence[str]) -> Op:
               args=("remove", "s", *ids), parse=int)
 
 
-def delete(*keys: str) -> Op:
-    return Op(command=("DEL", *keys), parse=int)
+def purge_dead_letters(keys: QueueKeys) -> Op:
+    return Op(script=scripts.DEAD_LETTERS,
+              keys=(keys.stream, keys.dead_letters, keys.dead_letter_data),
+              args=("purge", "s"), parse=int)
 
 
 # -- reading state -----------------------------------------------------------

@@ -72,7 +72,7 @@ def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseExce
                             policy, reason)
     record = failure.to_bytes() if store else b""
     return Settlement(delivery, DEAD, message.id, record, bool(record), letter.to_bytes(),
-                      state=states.DEAD_LETTERED, failure=failure, letter=letter)
+                      letter.dead_ms, states.DEAD_LETTERED, failure=failure, letter=letter)
 
 
 def _error_record(message: Message, state: str, error: BaseException, trace: str,
@@ -102,7 +102,7 @@ def rejected(delivery: Delivery, reason: str, now_ms: int, policy: Policy,
                         error_message=detail or reason, created_ms=message.created_ms,
                         finished_ms=now_ms, worker=policy.worker).to_bytes()
     return Settlement(delivery, DEAD, message_id, record, bool(record), letter.to_bytes(),
-                      state=states.DEAD_LETTERED, letter=letter)
+                      letter.dead_ms, states.DEAD_LETTERED, letter=letter)
 
 
 def running(delivery: Delivery, message: Message, started_ms: int, policy: Policy) -> Settlement:

@@ -15,7 +15,8 @@
 -- ARGV[5] now ms  ARGV[6] record key prefix  ARGV[7] notification channel prefix
 -- ARGV[8] msgpack array of items, each an array:
 --   {kind, entry id, message id, encoded record or "", notify 0|1,
---    encoded message (retry/requeue) or dead letter (dead) or "", due ms (retry) or 0}
+--    encoded message (retry/requeue) or dead letter (dead) or "",
+--    due ms (retry) or dead-letter time ms (dead) or 0}
 -- (One msgpack argument instead of seven per item: encoding arguments was the
 -- worker's biggest per-message cost.) Record keys and channels are prefix .. id;
 -- the prefixes carry the queue's hash tag, so every key stays in this slot.
@@ -45,7 +46,9 @@ for i, item in ipairs(items) do
     elseif kind == "requeue" then
       redis.call("XADD", KEYS[1], "*", "m", body)
     elseif kind == "dead" then
-      redis.call("ZADD", KEYS[4], now, id)
+      -- scored by the dead letter's own time (due), so lists and age filters match it
+      if due == 0 then due = now end
+      redis.call("ZADD", KEYS[4], due, id)
       redis.call("HSET", KEYS[5], id, body)
       local excess = redis.call("ZCARD", KEYS[4]) - dlq_max
       if excess > 0 then

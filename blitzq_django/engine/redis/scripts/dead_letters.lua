@@ -5,9 +5,14 @@
 -- KEYS[1] ready stream or list  KEYS[2] dead letters zset  KEYS[3] dead letter data hash
 -- KEYS[3+i] (replay) record key of the i-th replayed message, deleted so that
 --           get_result waits for the new attempt instead of the old dead letter
--- ARGV[1] action: "replay" | "remove"   ARGV[2] mode: "s" stream | "l" list
+-- ARGV[1] action: "replay" | "remove" | "purge" (all)   ARGV[2] mode: "s" stream | "l" list
 -- ARGV[3..] replay: pairs (dead letter id, encoded message to enqueue); remove: ids
 -- Reply: the number of dead letters replayed or removed.
+if ARGV[1] == "purge" then
+  local count = redis.call("ZCARD", KEYS[2])
+  redis.call("DEL", KEYS[2], KEYS[3])
+  return count
+end
 local done = 0
 local step = 1
 if ARGV[1] == "replay" then step = 2 end
