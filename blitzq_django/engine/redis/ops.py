@@ -127,9 +127,20 @@ def complete(
               keys.dead_letter_data),
         args=(GROUP, consumer, record_ttl, dead_letter_max, now_ms, keys.record(""),
               # Old-style msgpack (no bin type): Redis's Lua cmsgpack cannot read bin.
-              keys.done_channel(""), msgpack.packb(items, use_bin_type=False)),
+              keys.done_channel(""), msgpack.packb(items, use_bin_type=False),
+              *_id_range([item[1] for item in items])),
         parse=lambda reply: [bool(r) for r in reply],
     )
+
+
+def _entry_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _id_range(entry_ids: Sequence[str]) -> tuple[str, str]:
+    """Lowest and highest stream entry id (ids compare as numbers, not as text)."""
+    return min(entry_ids, key=_entry_key), max(entry_ids, key=_entry_key)
 
 
 def renew(keys: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Op:

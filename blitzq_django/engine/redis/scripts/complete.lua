@@ -20,26 +20,35 @@
 -- (One msgpack argument instead of seven per item: encoding arguments was the
 -- worker's biggest per-message cost.) Record keys and channels are prefix .. id;
 -- the prefixes carry the queue's hash tag, so every key stays in this slot.
+-- ARGV[9] lowest and ARGV[10] highest entry id of the batch
+-- Ownership is read once per batch (the consumer's pending entries in that id range)
+-- and acks and deletes go in one XACK and one XDEL: per-message commands were the
+-- settle script's main cost.
 -- Reply: one integer per item: 1 settled, 0 not owned (nothing written).
 local group, consumer, ttl = ARGV[1], ARGV[2], ARGV[3]
 local dlq_max, now = tonumber(ARGV[4]), ARGV[5]
 local record_prefix, channel_prefix = ARGV[6], ARGV[7]
 local items = cmsgpack.unpack(ARGV[8])
-local replies = {}
+-- pcall: with no group (Redis restarted empty) nothing is owned, and the batch
+-- must still be answered, or the worker would retry it forever.
+local owned = {}
+local ok, pending = pcall(redis.call, "XPENDING", KEYS[1], group, ARGV[9], ARGV[10],
+                          1000000, consumer)
+if ok then
+  for _, p in ipairs(pending) do owned[p[1]] = true end
+end
+local replies, acks = {}, {}
 for i, item in ipairs(items) do
   local kind, entry, id, record, notify, body, due =
     item[1], item[2], item[3], item[4], item[5], item[6], item[7]
-  -- pcall: with no group (Redis restarted empty) nothing is owned, and the batch
-  -- must still be answered, or the worker would retry it forever.
-  local ok, owned = pcall(redis.call, "XPENDING", KEYS[1], group, entry, entry, 1, consumer)
-  if not ok or #owned == 0 then
+  if not owned[entry] then
     replies[i] = 0
   elseif kind == "running" then
     redis.call("SET", record_prefix .. id, record, "EX", ttl)
     replies[i] = 1
   else
-    redis.call("XACK", KEYS[1], group, entry)
-    redis.call("XDEL", KEYS[1], entry)
+    owned[entry] = nil  -- settled once, even if the batch names it twice
+    acks[#acks + 1] = entry
     if kind == "retry" then
       redis.call("ZADD", KEYS[2], due, id)
       redis.call("HSET", KEYS[3], id, body)
@@ -65,5 +74,9 @@ for i, item in ipairs(items) do
     end
     replies[i] = 1
   end
+end
+if #acks > 0 then
+  redis.call("XACK", KEYS[1], group, unpack(acks))
+  redis.call("XDEL", KEYS[1], unpack(acks))
 end
 return replies
