@@ -20,7 +20,7 @@ works at import time, before settings are read.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
 
 from django.core.exceptions import ImproperlyConfigured
@@ -52,12 +52,7 @@ class BlitzqTask(Task[P, R]):
         # Without queue=, a task goes to BLITZQ["DEFAULT_QUEUE"] as it is at enqueue time.
         self.queue_declared = queue_declared
 
-    def options(self, **changes: Any) -> BlitzqTask[P, R]:
-        try:
-            call = self._call.merged(**changes)
-        except TypeError as exc:
-            raise TypeError(f"{self.spec.name}.options(): {exc}; accepted: "
-                            f"{', '.join(CallOptions.__dataclass_fields__)}") from None
+    def _with_call(self, call: CallOptions) -> BlitzqTask[P, R]:
         return BlitzqTask(self.spec, self._client, call, queue_declared=self.queue_declared)
 
     @property
@@ -70,25 +65,6 @@ class BlitzqTask(Task[P, R]):
     @property
     def queue(self) -> str:
         return self.call.queue or self.spec.queue
-
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        return self._client().enqueue(self.spec, args, kwargs, self.call)
-
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        return await self._client().aenqueue(self.spec, args, kwargs, self.call)
-
-    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]] | Sequence[Any]]
-                     ) -> list[TaskHandle]:
-        """Enqueue many calls (each an args tuple, or an (args, kwargs) pair), <=1000 per
-        round trip."""
-        from .engine.client import _calls
-
-        return self._client().enqueue_many(self.spec, _calls(calls), self.call)
-
-    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
-        from .engine.client import _calls
-
-        return await self._client().aenqueue_many(self.spec, _calls(calls), self.call)
 
     def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
         """Enqueue once the current transaction on the default database commits.

@@ -289,22 +289,37 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.spec.func(*args, **kwargs)
 
+    @property
+    def call(self) -> CallOptions:
+        """The per-call options the next enqueue uses."""
+        return self._call
+
     def options(self, **changes: Any) -> Task[P, R]:
-        return Task(self.spec, self._client, self._call.merged(**changes))
+        """A copy of this task whose enqueues use these per-call options."""
+        try:
+            call = self._call.merged(**changes)
+        except TypeError as exc:
+            raise TypeError(f"{self.spec.name}.options(): {exc}; accepted: "
+                            f"{', '.join(CallOptions.__dataclass_fields__)}") from None
+        return self._with_call(call)
+
+    def _with_call(self, call: CallOptions) -> Task[P, R]:
+        return Task(self.spec, self._client, call)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        return self._client().enqueue(self.spec, args, kwargs, self._call)
+        return self._client().enqueue(self.spec, args, kwargs, self.call)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        return await self._client().aenqueue(self.spec, args, kwargs, self._call)
+        return await self._client().aenqueue(self.spec, args, kwargs, self.call)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]] | Sequence[Any]]
                      ) -> list[TaskHandle]:
-        """Enqueue many calls: each an args tuple, or an (args, kwargs) pair."""
-        return self._client().enqueue_many(self.spec, _calls(calls), self._call)
+        """Enqueue many calls (each an args tuple, or an (args, kwargs) pair), at most
+        1,000 per round trip."""
+        return self._client().enqueue_many(self.spec, _calls(calls), self.call)
 
     async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
-        return await self._client().aenqueue_many(self.spec, _calls(calls), self._call)
+        return await self._client().aenqueue_many(self.spec, _calls(calls), self.call)
 
     def __repr__(self) -> str:
         return f"<Task {self.spec.name}>"

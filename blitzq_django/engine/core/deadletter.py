@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from .message import Message, decode, pack, peek_id, unpack
+from .message import Message, decode, pack_fields, peek_id, unpack_fields
 
 MALFORMED = "malformed message"
 UNKNOWN_TASK = "unknown task"
@@ -28,14 +28,11 @@ class DeadLetter:
     dead_ms: int = 0
 
     def to_bytes(self) -> bytes:
-        # Hand-rolled rather than dataclasses.asdict, which deep-copies: this runs per message.
-        return pack({f: v for f in _FIELDS if (v := getattr(self, f)) is not None})
+        return pack_fields(self)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> DeadLetter:
-        fields = unpack(data)
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in fields.items() if k in known})
+        return unpack_fields(cls, data)
 
     @property
     def message(self) -> Message | None:
@@ -49,5 +46,3 @@ def malformed_id(payload: bytes | None, entry_id: str) -> str:
     """An id for a dead letter whose bytes are not a message."""
     return (payload and peek_id(payload)) or f"malformed:{entry_id}"
 
-
-_FIELDS = tuple(f.name for f in fields(DeadLetter))

@@ -17,11 +17,13 @@ import datetime as dt
 import decimal
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
 from ..errors import MessageDecodeError, MessageEncodeError, MessageTooLarge
+
+T = TypeVar("T")
 
 VERSION = 1
 DEFAULT_MAX_MESSAGE_SIZE = 8 * 1024 * 1024
@@ -90,6 +92,18 @@ def pack(value: Any) -> bytes:
 
 def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False)
+
+
+def pack_fields(value: Any) -> bytes:
+    """A dataclass value as a msgpack map of its non-None fields (records, dead letters)."""
+    # Hand-rolled rather than dataclasses.asdict, which deep-copies.
+    return pack({f: v for f in value.__dataclass_fields__ if (v := getattr(value, f)) is not None})
+
+
+def unpack_fields(cls: type[T], data: bytes) -> T:
+    """The inverse of pack_fields; keys it does not know (from a newer version) are ignored."""
+    known = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    return cls(**{k: v for k, v in unpack(data).items() if k in known})
 
 
 def _find_bad_argument(message: Message) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from .message import pack, unpack
+from .message import pack, pack_fields, unpack_fields
 
 QUEUED = "queued"
 SCHEDULED = "scheduled"
@@ -45,14 +45,11 @@ class Record:
         return self.state == SUCCEEDED
 
     def to_bytes(self) -> bytes:
-        # Hand-rolled rather than dataclasses.asdict, which deep-copies: this runs per message.
-        return pack({f: v for f in _FIELDS if (v := getattr(self, f)) is not None})
+        return pack_fields(self)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Record:
-        fields = unpack(data)
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in fields.items() if k in known})
+        return unpack_fields(cls, data)
 
 
 def encode_success(id: str, task: str, queue: str, attempt: int, result: Any, created_ms: int,
@@ -62,5 +59,3 @@ def encode_success(id: str, task: str, queue: str, attempt: int, result: Any, cr
                  "result": result, "created_ms": created_ms, "started_ms": started_ms,
                  "finished_ms": finished_ms, "worker": worker})
 
-
-_FIELDS = tuple(f.name for f in fields(Record))
