@@ -1,4 +1,4 @@
-"""System checks (``manage.py check``). Ids are stable; see docs/settings.md.
+"""System checks (``manage.py check``). Ids are stable; see docs/configuration.md.
 
 =============  ==============================================================
 blitzq.E001    settings.BLITZQ is not a dict

@@ -137,7 +137,7 @@ def user_settings() -> Any:
 def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Problem]:
     """Everything wrong with ``user`` (default: settings.BLITZQ); [] when all is well.
 
-    Pure: no network. Ids are stable and documented (docs/settings.md):
+    Pure: no network. Ids are stable and documented (docs/configuration.md):
     E001 not a dict, E002 unknown key, E003 wrong type, E004 value out of range or not
     a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS.
     """

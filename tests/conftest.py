@@ -40,7 +40,8 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def redis_broker(redis_url: str, namespace: str, redis_client: redis.Redis) -> Iterator[RedisBroker]:
+def redis_broker(redis_url: str, namespace: str,
+                 redis_client: redis.Redis) -> Iterator[RedisBroker]:
     broker = RedisBroker(redis_url, namespace=namespace)
     yield broker
     broker.close()

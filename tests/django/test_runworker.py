@@ -92,6 +92,8 @@ def test_misconfiguration_is_a_command_error_naming_the_key(settings: Any) -> No
         call_command("runworker", "--burst")
 
 
+# Django 6.1's system checks query the database (JSONField support on SQLite).
+@pytest.mark.django_db
 def test_bad_options_are_refused(blitzq_memory: Any) -> None:
     with pytest.raises(CommandError):
         call_command("runworker", "--burst", "--concurrency", "0")
@@ -99,6 +101,8 @@ def test_bad_options_are_refused(blitzq_memory: Any) -> None:
         call_command("runworker", "--burst", "--queues", ",")
 
 
+# Django 6.1's system checks query the database (JSONField support on SQLite).
+@pytest.mark.django_db
 def test_runworker_in_process_burst(blitzq_memory: Any) -> None:
     handle = tasks.noop.enqueue()
     call_command("runworker", "--burst", "--concurrency", "2", verbosity=0)

@@ -68,6 +68,8 @@ def test_manage_py_check_reports_errors_with_ids(settings: Any) -> None:
     assert "blitzq.E003" in str(info.value) and "CONCURRENCY" in str(info.value)
 
 
+# Django 6.1's system checks query the database (JSONField support on SQLite).
+@pytest.mark.django_db
 def test_check_passes_on_the_testproject() -> None:
     call_command("check")  # raises SystemCheckError on any error
 
@@ -133,6 +135,8 @@ def test_deploy_check_pings_redis(settings: Any) -> None:
     assert where in error.msg and "s3cret-pw" not in error.msg
 
 
+# Django 6.1's system checks query the database (JSONField support on SQLite).
+@pytest.mark.django_db
 def test_deploy_check_is_not_run_by_default(settings: Any) -> None:
     _unreachable(settings)
     registered = checks.registry.registry.get_checks(include_deployment_checks=False)

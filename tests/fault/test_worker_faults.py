@@ -199,7 +199,7 @@ def test_entry_deleted_while_pending_is_logged_not_fatal(scenario: Scenario) -> 
     ((_s, [(entry_id, _f)]),) = r.xreadgroup("workers", "ghost", {keys.stream: ">"}, count=1)
     assert r.xdel(keys.stream, entry_id) == 1
     w = scenario.worker(*FAST_ARGS)
-    wait_until(lambda: "was deleted while pending" in w.text(), 5 * VT, interval=0.05,
+    wait_until(lambda: "was deleted while pending" in w.text(), 15 * VT, interval=0.05,
                message="the deleted entry to be logged")
     assert "ERROR" in next(ln for ln in w.text().splitlines() if "deleted while pending" in ln)
     after = scenario.tasks["noop"].enqueue("after").id

@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Run every check of the project, on a machine that has nothing but Python 3.11+.
+
+    python3 scripts/test.py                  # lint, import contracts, the whole test suite
+    python3 scripts/test.py -k retry -x      # unknown arguments go to pytest
+    python3 scripts/test.py -- --help        # everything after "--" goes to pytest
+    python3 scripts/test.py --django6        # also the Django tests on Django 6 (Python 3.12+)
+
+Steps, in order; a failing step does not stop the later ones, and the summary at
+the end lists them all:
+
+1. ``.venv`` (stdlib venv) is created if missing and ``pip install -e .[test]`` runs
+   when setup.cfg or pyproject.toml changed since the last install (a hash is kept
+   in ``.venv/.blitzq-install``).
+2. ``ruff check`` over the code, ``lint-imports`` (contracts in ``.importlinter``).
+3. pytest over ``tests/`` (SQLite). Exit code 5, "no tests collected", is a failure.
+4. The Django tests (``tests/django``) again on PostgreSQL when one is reachable
+   (``DATABASE_URL``, else ``postgres://postgres@127.0.0.1:5432/test``); skipped
+   with the reason otherwise.
+5. With ``--django6``: the Django tests again with Django 6 in ``.venv-dj6``, on
+   Python 3.12+ (skipped with the reason when there is none).
+
+Only the standard library is used here: this file runs before anything is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+VENV_DJ6 = ROOT / ".venv-dj6"
+STAMP_NAME = ".blitzq-install"
+LINT_PATHS = ("blitzq_django", "tests", "testproject", "bench", "scripts")
+DJANGO_TESTS = "tests/django"
+DJANGO6_SPEC = "django>=6.0,<7"
+DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
+# Settings that pick the test database; the main pass always runs on SQLite.
+DB_ENV = ("DATABASE_URL", "BLITZQ_TEST_DB")
+PYTEST_NO_TESTS = 5
+# The last line worth quoting in the summary: pytest's result line (with or without
+# its "=" rule, as under -q), ruff's count.
+RESULT_LINE = re.compile(r"^(\d+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed)\b.*"
+                         r" in [\d.]+s.*|no tests ran in [\d.]+s.*|Found \d+ errors?\.)$")
+
+
+@dataclass
+class Step:
+    name: str
+    status: str  # PASS | FAIL | SKIP
+    seconds: float
+    detail: str = ""
+
+
+class Abort(Exception):
+    """A step without which nothing after it can run (the venv, the install)."""
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def banner(text: str) -> None:
+    say(f"\n=== {text} " + "=" * max(3, 74 - len(text)))
+
+
+def bin_path(venv: Path, name: str) -> Path:
+    folder = "Scripts" if os.name == "nt" else "bin"
+    suffix = ".exe" if os.name == "nt" else ""
+    return venv / folder / f"{name}{suffix}"
+
+
+def venv_env(venv: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONHOME", None)
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{bin_path(venv, 'python').parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run a command with its output streamed through; return (exit code, pytest result line)."""
+    say("$ " + " ".join(cmd))
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+    result = ""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        match = RESULT_LINE.match(line.strip().strip("=").strip())
+        if match:
+            result = match.group(1)
+    sys.stdout.flush()
+    return proc.wait(), result
+
+
+# -- virtualenvs ---------------------------------------------------------------
+
+
+def install_hash(python: Path, requirements: list[str]) -> str:
+    digest = hashlib.sha256()
+    for name in ("setup.cfg", "pyproject.toml"):
+        path = ROOT / name
+        digest.update(name.encode() + b"\0")
+        digest.update(path.read_bytes() if path.exists() else b"<missing>")
+    digest.update("\0".join(requirements).encode())
+    digest.update(str(python.resolve()).encode())
+    return digest.hexdigest()
+
+
+def ensure_venv(venv: Path, base_python: str, requirements: list[str]) -> Path:
+    """Create ``venv`` if needed and install ``requirements`` unless already done."""
+    python = bin_path(venv, "python")
+    if not python.exists():
+        banner(f"create {venv.name}")
+        code, _ = run([base_python, "-m", "venv", str(venv)])
+        if code != 0 or not python.exists():
+            raise Abort(f"could not create {venv.name} with {base_python} (on Debian/Ubuntu: "
+                        "apt-get install python3-venv)")
+    stamp = venv / STAMP_NAME
+    wanted = install_hash(python, requirements)
+    if stamp.exists() and stamp.read_text().strip() == wanted:
+        say(f"{venv.name}: dependencies up to date (setup.cfg and pyproject.toml unchanged)")
+        return python
+    banner(f"install into {venv.name}")
+    code, _ = run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                   "--progress-bar", "off", *requirements], env=venv_env(venv))
+    if code != 0:
+        stamp.unlink(missing_ok=True)
+        raise Abort(f"pip install into {venv.name} failed (exit {code})")
+    stamp.write_text(wanted + "\n")
+    return python
+
+
+# -- steps -------------------------------------------------------------------------
+
+
+def step_ruff(venv: Path) -> Step:
+    banner("ruff")
+    paths = [p for p in LINT_PATHS if (ROOT / p).exists()]
+    missing = [p for p in LINT_PATHS if p not in paths]
+    if missing:
+        say(f"(not present, not linted: {', '.join(missing)})")
+    started = time.monotonic()
+    code, found = run([str(bin_path(venv, "ruff")), "check", *paths], env=venv_env(venv))
+    return Step("ruff check", "PASS" if code == 0 else "FAIL", time.monotonic() - started,
+                "" if code == 0 else found or f"exit {code}")
+
+
+def step_imports(venv: Path) -> Step:
+    banner("import contracts")
+    started = time.monotonic()
+    # No config argument: lint-imports reads .importlinter (setup.cfg has no
+    # [importlinter]). No cache: it is fast anyway, and leaves no directory behind.
+    code, _ = run([str(bin_path(venv, "lint-imports")), "--no-cache"], env=venv_env(venv))
+    return Step("lint-imports", "PASS" if code == 0 else "FAIL", time.monotonic() - started,
+                "" if code == 0 else f"exit {code}")
+
+
+def step_pytest(name: str, venv: Path, args: list[str], env: dict[str, str]) -> Step:
+    banner(name)
+    started = time.monotonic()
+    color = ["--color=yes"] if sys.stdout.isatty() else []
+    code, result = run([str(bin_path(venv, "python")), "-m", "pytest", *color, *args], env=env)
+    seconds = time.monotonic() - started
+    if code == 0:
+        return Step(name, "PASS", seconds, result)
+    if code == PYTEST_NO_TESTS:
+        return Step(name, "FAIL", seconds, "no tests collected (pytest exit 5)")
+    return Step(name, "FAIL", seconds, result or f"pytest exit {code}")
+
+
+def django_args(extra: list[str]) -> list[str] | None:
+    """pytest arguments for a Django-only pass: tests/django plus the user's options.
+
+    Paths the user named outside tests/django are dropped; if every path named was
+    outside it, there is nothing to run (None).
+    """
+    paths, options = [], []
+    for arg in extra:
+        target = arg.split("::", 1)[0]
+        if not arg.startswith("-") and (ROOT / target).exists():
+            paths.append(arg)
+        else:
+            options.append(arg)
+    if not paths:
+        return [DJANGO_TESTS, *options]
+    django_dir = (ROOT / DJANGO_TESTS).resolve()
+    selected: list[str] = []
+    for arg in paths:
+        target = (ROOT / arg.split("::", 1)[0]).resolve()
+        if target == django_dir or django_dir in target.parents:
+            selected.append(arg)  # inside tests/django
+        elif target in django_dir.parents and DJANGO_TESTS not in selected:
+            selected.append(DJANGO_TESTS)  # "tests" or ".": all of tests/django
+    return [*selected, *options] if selected else None
+
+
+def postgres_url(python: Path, env: dict[str, str]) -> tuple[str | None, str]:
+    """The PostgreSQL URL to test against, or None and why not."""
+    url = os.environ.get("DATABASE_URL") or DEFAULT_POSTGRES_URL
+    probe = ("import sys, psycopg\n"
+             "try:\n"
+             "    psycopg.connect(sys.argv[1], connect_timeout=3).close()\n"
+             "except Exception as exc:\n"
+             "    sys.exit(' '.join(str(exc).split()) or type(exc).__name__)\n")
+    try:
+        proc = subprocess.run([str(python), "-c", probe, url], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return None, f"no answer from {redact(url)} within 20 s"
+    if proc.returncode != 0:
+        lines = (proc.stderr.strip() or proc.stdout.strip() or "unknown error").splitlines()
+        return None, f"{redact(url)}: {lines[-1][:200]}"
+    return url, ""
+
+
+def redact(url: str) -> str:
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def find_python312() -> tuple[str | None, str]:
+    """A Python 3.12+ interpreter: python3.12/3.13/3.14 on PATH, else a pyenv version."""
+    check = "import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)"
+    candidates: list[str] = []
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        # Real binaries, not shims: a shim only works when its version is selected.
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
+        versions = sorted(
+            (tuple(int(n) for n in v.name.split(".")), v)
+            for v in Path(root, "versions").glob("3.*")
+            if re.fullmatch(r"3\.\d+\.\d+", v.name)
+        ) if root else []
+        candidates += [str(v / "bin" / "python3") for ver, v in versions if ver >= (3, 12)]
+    for name in ("python3.12", "python3.13", "python3.14"):
+        found = shutil.which(name)
+        if found:
+            candidates.append(found)
+    for candidate in candidates:
+        try:
+            ok = subprocess.run([candidate, "-c", check], capture_output=True,
+                                timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return candidate, ""
+    return None, "no Python 3.12+ found (python3.12, python3.13, python3.14 or pyenv)"
+
+
+# -- main --------------------------------------------------------------------------
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
+    parser = argparse.ArgumentParser(
+        description="Lint, check import contracts and run the test suite "
+                    "(unknown arguments are passed to pytest).")
+    parser.add_argument("--django6", action="store_true",
+                        help="also run the Django tests with Django 6 on Python 3.12+ "
+                             "(in .venv-dj6)")
+    parser.add_argument("--no-postgres", action="store_true",
+                        help="skip the PostgreSQL pass even when a server is reachable")
+    parser.add_argument("--no-lint", action="store_true",
+                        help="skip ruff and lint-imports (quick local runs only)")
+    options, unknown = parser.parse_known_args(argv)
+    return options, unknown + passthrough
+
+
+def main(argv: list[str]) -> int:
+    if sys.version_info < (3, 11):  # noqa: UP036 - runs on any python3 to say so
+        say(f"blitzq_django needs Python 3.11+; this is {sys.version.split()[0]}")
+        return 2
+    options, pytest_extra = parse(argv)
+    began = time.monotonic()
+    steps: list[Step] = []
+    try:
+        started = time.monotonic()
+        python = ensure_venv(VENV, sys.executable, ["-e", ".[test]"])
+        steps.append(Step("venv + install", "PASS", time.monotonic() - started, str(VENV)))
+        if options.no_lint:
+            steps.append(Step("ruff check", "SKIP", 0, "--no-lint"))
+            steps.append(Step("lint-imports", "SKIP", 0, "--no-lint"))
+        else:
+            steps.append(step_ruff(VENV))
+            steps.append(step_imports(VENV))
+
+        sqlite_env = venv_env(VENV)
+        for name in DB_ENV:
+            sqlite_env.pop(name, None)
+        steps.append(step_pytest("pytest", VENV, pytest_extra, sqlite_env))
+
+        dj_args = django_args(pytest_extra)
+        if dj_args is None:
+            reason = "the pytest arguments select no Django tests"
+            steps.append(Step("pytest tests/django on PostgreSQL", "SKIP", 0, reason))
+        elif options.no_postgres:
+            steps.append(Step("pytest tests/django on PostgreSQL", "SKIP", 0, "--no-postgres"))
+        else:
+            url, why = postgres_url(python, sqlite_env)
+            if url is None:
+                banner("PostgreSQL")
+                say("PostgreSQL not reachable: skipped the PostgreSQL pass")
+                say(f"  ({why})")
+                steps.append(Step("pytest tests/django on PostgreSQL", "SKIP", 0,
+                                  f"PostgreSQL not reachable: {why}"))
+            else:
+                env = venv_env(VENV, DATABASE_URL=url, BLITZQ_TEST_DB="postgres")
+                steps.append(step_pytest("pytest tests/django on PostgreSQL", VENV, dj_args, env))
+
+        if options.django6:
+            name = "pytest tests/django on Django 6"
+            py312, why = find_python312()
+            if dj_args is None:
+                steps.append(Step(name, "SKIP", 0, "the pytest arguments select no Django tests"))
+            elif py312 is None:
+                banner("Django 6")
+                say(f"skipped the Django 6 pass: {why}")
+                steps.append(Step(name, "SKIP", 0, why))
+            else:
+                started = time.monotonic()
+                try:
+                    dj6 = ensure_venv(VENV_DJ6, py312, ["-e", ".[test]", DJANGO6_SPEC])
+                except Abort as exc:
+                    steps.append(Step(name, "FAIL", time.monotonic() - started, str(exc)))
+                else:
+                    version = subprocess.run(
+                        [str(dj6), "-c", "import django, sys; "
+                         "print(django.get_version(), sys.version.split()[0])"],
+                        capture_output=True, text=True).stdout.split()
+                    env = venv_env(VENV_DJ6)
+                    for key in DB_ENV:
+                        env.pop(key, None)
+                    step = step_pytest(name, VENV_DJ6, dj_args, env)
+                    if len(version) == 2:
+                        step.detail = f"Django {version[0]}, Python {version[1]}: {step.detail}"
+                    step.seconds = time.monotonic() - started
+                    steps.append(step)
+    except Abort as exc:
+        steps.append(Step("setup", "FAIL", 0, str(exc)))
+    except KeyboardInterrupt:
+        steps.append(Step("interrupted", "FAIL", 0, "Ctrl-C"))
+
+    banner("summary")
+    width = max(len(s.name) for s in steps)
+    for s in steps:
+        say(f"{s.status:4}  {s.name:<{width}}  {s.seconds:6.1f}s  {s.detail}")
+    failed = [s.name for s in steps if s.status == "FAIL"]
+    total = time.monotonic() - began
+    if failed:
+        say(f"\nFAILED ({', '.join(failed)}) in {total:.0f}s")
+        return 1
+    say(f"\nOK in {total:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
