@@ -16,7 +16,7 @@ from typing import Any
 
 from .client import Client
 from .errors import BlitzqError, ConfigurationError
-from .supervisor import Supervisor
+from .supervisor import EXIT_RECYCLE, Supervisor
 from .worker import Worker, WorkerConfig
 
 
@@ -89,15 +89,21 @@ def run(client: Client, config: WorkerConfig, processes: int, argv: Sequence[str
         **worker_kwargs: Any) -> int:
     """Run one worker in this process, or supervise ``processes`` children."""
     if processes > 1:
-        return Supervisor(child_argv(argv), processes,
-                          shutdown_timeout=config.shutdown_timeout).run()
+        return Supervisor(child_argv(argv), processes, shutdown_timeout=config.shutdown_timeout,
+                          burst=config.burst).run()
     worker = Worker(client, config, **worker_kwargs)
     asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
+    return exit_code(worker)
+
+
+def exit_code(worker: Worker) -> int:
+    """The process exit status after run(): EXIT_RECYCLE asks a supervisor for a new one."""
+    code = 1 if worker.forced else EXIT_RECYCLE if worker.recycled else 0
     if worker.forced or worker.threads_left:
         # Threads still run user code whose messages were requeued; do not wait for them.
         logging.shutdown()
-        os._exit(1 if worker.forced else 0)
-    return 0
+        os._exit(code)
+    return code
 
 
 def _load(path: str) -> Client:

@@ -20,6 +20,7 @@ log = logging.getLogger("blitzq.supervisor")
 CRASH_WINDOW_S = 1.0  # a child dying sooner than this after its start counts as a crash loop
 MAX_RESTART_DELAY_S = 5.0
 POLL_S = 0.1
+EXIT_RECYCLE = 75  # a child that stopped itself (max tasks, max memory): start a new one
 
 
 @dataclass
@@ -31,13 +32,16 @@ class _Child:
 
 class Supervisor:
     def __init__(self, argv: Sequence[str], processes: int, *, shutdown_timeout: float = 30.0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, burst: bool = False) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
         self.argv = list(argv)
         self.processes = processes
         self.shutdown_timeout = shutdown_timeout
         self.env = env
+        #: burst: a child that exits 0 drained the queues and is not replaced; the
+        #: supervisor returns once every child has finished
+        self.burst = burst
         self.children: list[_Child | None] = [None] * processes
         self.restarts = 0
         self._signals = 0
@@ -61,6 +65,8 @@ class Supervisor:
                 self._spawn(slot)
             while not self._signals:
                 self._replace_dead()
+                if all(child is None for child in self.children):
+                    return 0  # burst: every child drained its queues
                 time.sleep(POLL_S)  # supervision tick; signals interrupt it
             return self._wait_children()
         finally:
@@ -72,9 +78,14 @@ class Supervisor:
             if child is None or child.process.poll() is None:
                 continue
             code = child.process.returncode
+            if code == 0 and self.burst:
+                log.info("worker process %d (pid %d) drained its queues", slot, child.process.pid)
+                self.children[slot] = None
+                continue
             lived = time.monotonic() - child.started
-            quick = child.quick_deaths + 1 if lived < CRASH_WINDOW_S else 0
-            if code == 0:
+            crashed = code not in (0, EXIT_RECYCLE)
+            quick = child.quick_deaths + 1 if crashed and lived < CRASH_WINDOW_S else 0
+            if code in (0, EXIT_RECYCLE):
                 log.info("worker process %d (pid %d) recycled", slot, child.process.pid)
             else:
                 log.warning("worker process %d (pid %d) died with %s; restarting", slot,
@@ -97,7 +108,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 child.process.kill()
                 code = child.process.wait()
-            worst = worst or (code if code and code > 0 else 0)
+            worst = worst or (code if code and code > 0 and code != EXIT_RECYCLE else 0)
         return worst
 
 

@@ -62,6 +62,21 @@ def test_burst_drains_the_queue_and_exits(blitzq_redis: Any, worker_env: dict[st
     assert blitzq_redis.broker.queue_stats("default")["ready"] == 0
 
 
+def test_supervised_processes_drain_the_queue_and_recycle(
+        blitzq_redis: Any, worker_env: dict[str, str], manage: Any) -> None:
+    # Two worker processes under the supervisor, each recycled after 40 messages: the
+    # pool drains the queue, replaces recycled children, and ends when all are drained.
+    handles = tasks.noop.enqueue_many([() for _ in range(300)])
+    proc = manage("runworker", "--burst", "--processes", "2", "--max-tasks-per-child", "40",
+                  "--queues", "default", "--concurrency", "10", "-v", "2", env=worker_env)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    assert "recycled" in err
+    assert all(h.record(timeout=1).succeeded for h in handles)
+    stats = blitzq_redis.broker.queue_stats("default")
+    assert stats["ready"] == 0 and stats["pending"] == 0
+
+
 def test_sigterm_stops_the_worker_gracefully(worker_env: dict[str, str], manage: Any) -> None:
     proc = manage("runworker", "-v", "2", env=worker_env)
     lines: list[str] = []

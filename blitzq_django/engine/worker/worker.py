@@ -116,6 +116,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._forced = False
         self._stop_requested = False
+        #: stopped by max_tasks or max_memory_mb (a supervisor should start a new one)
+        self.recycled = False
         self._pool: ThreadPoolExecutor | None = None
         self._flusher: Flusher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -446,6 +448,7 @@ class Worker:
         if recycle and not self._stopping.is_set():
                 log.info("worker %s settled %d messages (max_tasks): recycling", self.name,
                          self._settled_count)
+                self.recycled = True
                 self._begin_stop()
 
     def _call_hooks(self, settlement: Settlement) -> None:
@@ -505,6 +508,7 @@ class Worker:
         if rss > self.config.max_memory_mb:
             log.warning("worker %s uses %.0f MiB (max_memory_mb %d): recycling",
                         self.name, rss, self.config.max_memory_mb)
+            self.recycled = True
             self._begin_stop()
 
     async def _renew(self) -> None:

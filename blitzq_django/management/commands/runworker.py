@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from typing import Any
 
@@ -86,11 +85,10 @@ class Command(BaseCommand):
         if options["verbosity"] >= 1:
             counts = ", ".join(f"{k} {v}" for k, v in stats.as_dict().items())
             self.stdout.write(f"worker {worker.name} stopped: {counts}")
-        if worker.forced or worker.threads_left:
-            # Threads still run task code whose messages were requeued; do not wait for them.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1 if worker.forced else 0)
+        sys.stdout.flush()
+        code = cli.exit_code(worker)
+        if code:
+            sys.exit(code)  # EXIT_RECYCLE: a supervisor starts a new worker
 
     @staticmethod
     def _queues(given: list[str], merged: dict[str, Any]) -> tuple[str, ...]:
