@@ -69,7 +69,7 @@ def test_supervised_processes_drain_the_queue_and_recycle(
     handles = tasks.noop.enqueue_many([() for _ in range(300)])
     proc = manage("runworker", "--burst", "--processes", "2", "--max-tasks-per-child", "40",
                   "--queues", "default", "--concurrency", "10", "-v", "2", env=worker_env)
-    out, err = proc.communicate(timeout=90)
+    _out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
     assert "recycled" in err
     assert all(h.record(timeout=1).succeeded for h in handles)
