@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,7 +172,11 @@ def step_pytest(name: str, venv: Path, args: list[str], env: dict[str, str]) -> 
     banner(name)
     started = time.monotonic()
     color = ["--color=yes"] if sys.stdout.isatty() else []
-    code, result = run([str(bin_path(venv, "python")), "-m", "pytest", *color, *args], env=env)
+    # A private temp root: pytest prunes old numbered dirs under the shared one, which
+    # deleted the worker logs of a fault test while another pytest run started.
+    basetemp = ["--basetemp", tempfile.mkdtemp(prefix="blitzq-pytest-")]
+    code, result = run([str(bin_path(venv, "python")), "-m", "pytest", *color, *basetemp, *args],
+                       env=env)
     seconds = time.monotonic() - started
     if code == 0:
         return Step(name, "PASS", seconds, result)

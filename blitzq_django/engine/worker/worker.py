@@ -491,9 +491,10 @@ class Worker:
                     next_recovery = time.monotonic() + cfg.recovery_s
                     await self._recover()
                 backoff = 0.0
-            except (BlitzqError, OSError) as exc:
+            except Exception as exc:  # this loop must outlive any error: leases depend on it
                 backoff = min(max(backoff * 2, FETCH_BACKOFF_MIN_S), FETCH_BACKOFF_MAX_S)
-                log.warning("lease upkeep failed, retrying in %.1fs: %s", backoff, exc)
+                log.warning("lease upkeep failed, retrying in %.1fs: %s", backoff, exc,
+                            exc_info=not isinstance(exc, BlitzqError | OSError))
 
     async def _helper_wait(self, seconds: float) -> bool:
         """Sleep, or return True as soon as the helpers are told to stop."""
@@ -549,8 +550,9 @@ class Worker:
                     _moved, next_due = await self.broker.promote(queue, now, PROMOTE_LIMIT)
                     if next_due >= 0:
                         wait = min(wait, max(0.0, (next_due - now) / 1000))
-            except (BlitzqError, OSError) as exc:
-                log.warning("promotion failed: %s", exc)
+            except Exception as exc:  # this loop must outlive any error
+                log.warning("promotion failed: %s", exc,
+                            exc_info=not isinstance(exc, BlitzqError | OSError))
             if await self._helper_wait(wait):
                 return
 
