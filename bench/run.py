@@ -697,7 +697,8 @@ NOTES: list[str] = [
     "- Producers without a sync API (arq, taskiq, SAQ, streaQ) are driven from one asyncio "
     "loop awaiting one enqueue at a time: 'enqueue-single' is then one awaited call per task.",
     "- Noise: the machine is shared and has 2 cores; single runs of the same workload "
-    "differed by up to 2× (see the spread below), hence the medians and the interleaving. "
+    "differed by 2× and more (per-run values in `bench/results/latest.json`; the spread of "
+    "blitzq and the floor is below), hence the medians and the interleaving. "
     "blitzq's dispatch runs last only "
     "about 0.3 s; the accounting counter's 3 ms flush and the 2 ms polling bound that "
     "timing error to a few per cent.",
@@ -705,8 +706,8 @@ NOTES: list[str] = [
     "each entry on its own; blitzq's record is a msgpack document of about 150 bytes, and its "
     "settle script also reads ownership once per batch (one XPENDING over the batch's id "
     "range) and then does one XACK and one XDEL with all the batch's ids (per message only "
-    "the record SET + PUBLISH when results are on), so (d) is a reference point, not a "
-    "like-for-like peer.",
+    "the record SET + PUBLISH when results are on), so (d) is a floor, not a like-for-like "
+    "peer.",
 ]
 
 if __name__ == "__main__":
