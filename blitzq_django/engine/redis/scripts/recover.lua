@@ -24,23 +24,23 @@ end
 if #ids == 0 then return {{}, {}} end
 local claimed, deleted, seen = {}, {}, {}
 for _, entry in ipairs(redis.call("XCLAIM", KEYS[1], ARGV[1], ARGV[2], ARGV[3], unpack(ids))) do
-  local id, fields = entry[1], entry[2]
-  if type(id) == "string" then
+  -- Redis 6.2 answers a deleted entry with nil (false here) or a nil body.
+  if type(entry) == "table" and type(entry[2]) == "table" then
+    local id, fields = entry[1], entry[2]
     seen[id] = true
-    if type(fields) ~= "table" then
-      deleted[#deleted + 1] = id
-      redis.call("XACK", KEYS[1], ARGV[1], id)
-    else
-      local body = ""
-      for j = 1, #fields, 2 do
-        if fields[j] == "m" then body = fields[j + 1] end
-      end
-      claimed[#claimed + 1] = {id, body, counts[id] + 1}
+    local body = ""
+    for j = 1, #fields, 2 do
+      if fields[j] == "m" then body = fields[j + 1] end
     end
+    claimed[#claimed + 1] = {id, body, counts[id] + 1}
   end
 end
 for _, id in ipairs(ids) do
-  -- Redis >= 7 drops a deleted entry from the pending list and does not return it.
-  if not seen[id] then deleted[#deleted + 1] = id end
+  if not seen[id] then
+    -- Deleted from the stream while pending: Redis >= 7 already dropped it from the
+    -- pending list; 6.2 kept it (now ours), so ack it.
+    deleted[#deleted + 1] = id
+    redis.call("XACK", KEYS[1], ARGV[1], id)
+  end
 end
 return {claimed, deleted}
