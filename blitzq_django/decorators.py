@@ -36,7 +36,8 @@ R = TypeVar("R")
 #: Options @blitzq_task accepts (the engine's TaskSpec options).
 TASK_OPTIONS = frozenset({
     "name", "queue", "retries", "initial_delay", "max_delay", "factor", "jitter", "retry_on",
-    "dont_retry_on", "retry", "timeout", "store_result", "dead_letter",
+    "dont_retry_on", "retry", "timeout", "store_result", "dead_letter", "on_failure",
+    "on_dead_letter",
 })
 
 #: Queues named by a task's ``queue=`` option (runworker serves them by default).

@@ -83,3 +83,25 @@ def test_enqueue_many_and_aenqueue(blitzq_memory: Any) -> None:
     handle = asyncio.run(tasks.fetch_exchange_rate.aenqueue("USD"))
     assert blitzq_memory.broker.queue_stats("default")["ready"] == 3
     assert handle.queue == "default"
+
+
+def test_failure_hooks_are_task_options(blitzq_memory: Any) -> None:
+    import asyncio
+
+    from blitzq_django.engine import Worker
+
+    failures: list[Any] = []
+    letters: list[Any] = []
+
+    @blitzq_task(name="tests.hooked", retries=1, initial_delay=0, on_failure=failures.append,
+                 on_dead_letter=letters.append)
+    def hooked() -> None:
+        raise ValueError("declined")
+
+    handle = hooked.enqueue()
+    asyncio.run(Worker(blitzq_memory, burst=True, queues=("default",),
+                       schedule_poll_interval=0.05).run())
+    assert handle.record(timeout=1).state == "dead_lettered"
+    assert [r.state for r in failures] == ["retrying", "dead_lettered"]
+    assert [(d.id, d.reason, d.error_type) for d in letters] == [
+        (handle.id, "retries exhausted", "ValueError")]

@@ -121,7 +121,7 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None
         self._flusher: Flusher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._hooks: set[asyncio.Task[Any]] = set()
+        self._hooks: set[asyncio.Future[Any]] = set()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -157,6 +157,8 @@ class Worker:
             self._flusher.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(flushing, self.config.shutdown_timeout)
+            if self._hooks:  # failure hooks of the last settlements
+                await asyncio.wait(self._hooks, timeout=self.config.shutdown_timeout)
             with contextlib.suppress(Exception):
                 await self.broker.retire(self.queues, self.name)
             # Threads still running were requeued by _drain; do not wait for them here.
@@ -461,18 +463,20 @@ class Worker:
         if settlement.letter is not None:
             own = [spec.on_dead_letter] if spec is not None and spec.on_dead_letter else []
             calls += [(hook, settlement.letter) for hook in (*own, *self.on_dead_letter)]
+        loop = asyncio.get_running_loop()
         for hook, value in calls:
             if asyncio.iscoroutinefunction(hook):
-                self._hooks.add(task := asyncio.get_running_loop().create_task(hook(value)))
-                task.add_done_callback(self._hook_done)
+                running: asyncio.Future[Any] = loop.create_task(hook(value))
             else:
                 assert self._pool is not None
-                asyncio.get_running_loop().run_in_executor(self._pool, _safe_call, hook, value)
+                running = loop.run_in_executor(self._pool, _safe_call, hook, value)
+            self._hooks.add(running)  # awaited at shutdown, so no hook is dropped
+            running.add_done_callback(self._hook_done)
 
-    def _hook_done(self, task: asyncio.Task[Any]) -> None:
-        self._hooks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("failure hook raised", exc_info=task.exception())
+    def _hook_done(self, running: asyncio.Future[Any]) -> None:
+        self._hooks.discard(running)
+        if not running.cancelled() and running.exception() is not None:
+            log.error("failure hook raised", exc_info=running.exception())
 
     # -- leases and recovery --------------------------------------------------
 
