@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from .brokers.base import Broker, Enqueue
 from .core import record as states
 from .core.deadletter import DeadLetter
-from .core.message import DEFAULT_MAX_MESSAGE_SIZE, encode_fields
+from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields
 from .core.record import Record
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
-from .errors import ConfigurationError, ResultTimeout
+from .errors import ConfigurationError, MessageDecodeError, ResultTimeout
 
 if TYPE_CHECKING:
     from .dead_letters import DeadLetters
@@ -157,9 +157,14 @@ class Client:
         record = self.broker.get_record(queue, message_id)
         if record is not None:
             return record
-        due = self.broker.scheduled_due_ms(queue, message_id)
-        if due is not None:
-            return Record(id=message_id, task="", queue=queue, state=states.SCHEDULED)
+        payload = self.broker.scheduled_payload(queue, message_id)
+        if payload is not None:
+            try:
+                message = decode(payload)
+            except MessageDecodeError:
+                return Record(id=message_id, task="", queue=queue, state=states.SCHEDULED)
+            return Record(id=message_id, task=message.task, queue=queue, state=states.SCHEDULED,
+                          attempt=message.attempt, created_ms=message.created_ms)
         dead = self.broker.dead_letter(queue, message_id)
         if dead is not None:
             letter = DeadLetter.from_bytes(dead)

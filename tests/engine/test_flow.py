@@ -491,3 +491,15 @@ def test_around_sync_call_wraps_every_def_task_in_its_thread(client: Client) -> 
     in_task_thread = [kind for kind, ident in calls if ident == task_thread]
     assert in_task_thread == ["hook", "task", "hook"]  # before and after, same thread
     assert async_thread != task_thread  # async tasks run on the loop, unwrapped
+
+
+def test_inspect_of_a_scheduled_message_names_its_task_without_track_state(
+        client: Client) -> None:
+    @client.task(name="later", retries=2)
+    def later() -> None:
+        return None
+
+    h = later.options(delay=3600).enqueue()
+    record = client.inspect(h.id)
+    assert record is not None
+    assert (record.state, record.task, record.attempt) == ("scheduled", "later", 1)

@@ -142,6 +142,11 @@ class MemoryBroker:
             held = self._queue(queue).schedule.get(message_id)
             return held[0] if held else None
 
+    def scheduled_payload(self, queue: str, message_id: str) -> bytes | None:
+        with self._lock:
+            held = self._queue(queue).schedule.get(message_id)
+            return held[1] if held else None
+
     def dead_letter(self, queue: str, message_id: str) -> bytes | None:
         with self._lock:
             return self._queue(queue).dead.get(message_id)

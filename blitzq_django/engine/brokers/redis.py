@@ -123,6 +123,9 @@ class RedisBroker:
         score = self.sync.run(ops.zscore(self.keys.queue(queue).schedule, message_id))
         return None if score is None else int(score)
 
+    def scheduled_payload(self, queue: str, message_id: str) -> bytes | None:
+        return self.sync.run(ops.hget(self.keys.queue(queue).schedule_data, message_id))
+
     def dead_letter(self, queue: str, message_id: str) -> bytes | None:
         return self.sync.run(ops.hget(self.keys.queue(queue).dead_letter_data, message_id))
 
