@@ -62,16 +62,16 @@ def _ms() -> int:
 
 
 class Stats:
-    __slots__ = ("succeeded", "failed", "retried", "dead_lettered", "requeued", "lost_leases",
-                 "started_at")
+    """What a worker settled, by outcome."""
+
+    __slots__ = ("succeeded", "failed", "retried", "dead_lettered", "requeued", "lost_leases")
 
     def __init__(self) -> None:
         self.succeeded = self.failed = self.retried = self.dead_lettered = 0
         self.requeued = self.lost_leases = 0
-        self.started_at = time.monotonic()
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__ if k != "started_at"}
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 class Worker:
@@ -577,7 +577,3 @@ def resident_mb() -> float:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-async def run_worker(client: Client, **options: Any) -> Stats:
-    return await Worker(client, **options).run()
