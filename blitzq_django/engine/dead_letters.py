@@ -77,19 +77,13 @@ class DeadLetters:
         """Newest first."""
         q, f = self._queue(queue), Filter(**filters)  # type: ignore[arg-type]
         ids = self.broker.dead_letter_ids(q, *f.window_ms())
-        out: list[DeadLetter] = []
-        skipped = 0
+        matching: list[DeadLetter] = []
         for start in range(0, len(ids), BATCH):
-            for letter in _letters(self.broker.dead_letter_bodies(q, ids[start:start + BATCH])):
-                if not f.matches(letter):
-                    continue
-                if skipped < offset:
-                    skipped += 1
-                    continue
-                out.append(letter)
-                if len(out) >= limit:
-                    return out
-        return out
+            bodies = self.broker.dead_letter_bodies(q, ids[start:start + BATCH])
+            matching += [x for x in _letters(bodies) if f.matches(x)]
+            if len(matching) >= offset + limit:
+                break
+        return matching[offset:offset + limit]
 
     def get(self, message_id: str, queue: str | None = None) -> DeadLetter | None:
         (body,) = self.broker.dead_letter_bodies(self._queue(queue), [message_id])

@@ -17,7 +17,7 @@ key                                     type      holds
 ``bq:{ns:queue}:r:<id>``                string    record of one message; TTL result_ttl
 ``bq:{ns:queue}:u:<key>``               string    idempotency key -> message id; TTL
 ``bq:{ns:queue}:done:<id>``             channel   published when a final record is written
-``bq:{ns}:workers``                     zset      worker name scored by last heartbeat ms
+``bq:{ns}:workers``                     zset      reserved: worker registry (not written yet)
 ======================================  ========  =============================================
 """
 
@@ -79,10 +79,6 @@ class Keyspace:
         if keys is None:
             keys = self._queues[name] = QueueKeys(f"{PREFIX}:{{{self.namespace}:{name}}}")
         return keys
-
-    @property
-    def workers(self) -> str:
-        return f"{PREFIX}:{{{self.namespace}}}:workers"
 
     def all_keys_pattern(self) -> str:
         """Glob over every key of this namespace (for purge in tests and tools)."""
