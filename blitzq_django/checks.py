@@ -3,11 +3,13 @@
 =============  ==============================================================
 blitzq.E001    settings.BLITZQ is not a dict
 blitzq.E002    unknown key in BLITZQ
-blitzq.E003    a value of the wrong type
-blitzq.E004    a value out of range or not one of the choices
-blitzq.E005    REDIS_URL is not a redis://, rediss:// or unix:// URL
+blitzq.E003    a value of the wrong type (also: REDACT entries that are not names)
+blitzq.E004    a value out of range, not finite (NaN, inf), or not one of the choices
+blitzq.E005    REDIS_URL is unparsable (bad IPv6 host, bad port) or not a
+               redis://, rediss:// or unix:// URL
 blitzq.E006    CACHE_ALIAS names no cache, or not a Redis cache
 blitzq.E007    (deploy) Redis cannot be reached
+blitzq.E008    a REDIS_OPTIONS key that redis-py does not take (hint: the closest one)
 blitzq.W001    ``manage.py runworker`` is another app's command (e.g. channels)
 blitzq.W002    a task uses a queue not in BLITZQ["QUEUES"]
 blitzq.W003    (deploy) BROKER is "memory": tasks never leave the process

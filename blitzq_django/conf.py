@@ -13,10 +13,13 @@ ImproperlyConfigured naming the key.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,7 +28,11 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .engine import Client, MemoryBroker, RedisBroker, TaskRegistry
+from .engine.core import limits
 from .engine.core.message import DEFAULT_MAX_MESSAGE_SIZE
+from .engine.core.names import name_ok
+from .engine.core.record import DEFAULT_MAX_RESULT_SIZE
+from .engine.core.redact import DEFAULT_REDACT
 from .engine.errors import BlitzqError
 
 #: Every key of ``settings.BLITZQ``, with its default. Keys not listed are refused.
@@ -56,6 +63,8 @@ DEFAULTS: dict[str, Any] = {
     "IDEMPOTENCY_TTL": 86400,
     # Encoded messages above this many bytes are refused at enqueue.
     "MAX_MESSAGE_SIZE": DEFAULT_MAX_MESSAGE_SIZE,
+    # Encoded task results above this many bytes fail the attempt (ResultTooLarge).
+    "MAX_RESULT_SIZE": DEFAULT_MAX_RESULT_SIZE,
     # Seconds a running message's lease lasts unless renewed; after it, another
     # worker may recover the message (the task then runs again: at-least-once).
     "VISIBILITY_TIMEOUT": 60.0,
@@ -69,6 +78,9 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_TIMEOUT": 30.0,
     # Extra keyword arguments for redis-py clients (e.g. {"ssl_cert_reqs": "required"}).
     "REDIS_OPTIONS": {},
+    # Argument names (and dict keys) whose values are masked wherever task data is
+    # shown: the admin, dead-letter listings. Case-insensitive, matched as substrings.
+    "REDACT": list(DEFAULT_REDACT),
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -92,17 +104,29 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "TRACK_STATE": ((bool,), "True or False"),
     "IDEMPOTENCY_TTL": ((int,), "an integer number of seconds"),
     "MAX_MESSAGE_SIZE": ((int,), "an integer number of bytes"),
+    "MAX_RESULT_SIZE": ((int,), "an integer number of bytes"),
     "VISIBILITY_TIMEOUT": (_NUMBER, "a number of seconds"),
     "MAX_DELIVERIES": ((int,), "an integer"),
     "DEAD_LETTER_MAX": ((int,), "an integer"),
     "CONCURRENCY": ((int,), "an integer"),
     "SHUTDOWN_TIMEOUT": (_NUMBER, "a number of seconds"),
     "REDIS_OPTIONS": ((dict,), "a dict"),
+    "REDACT": ((list, tuple), "a list of argument names"),
 }
-#: key -> smallest accepted value
-MINIMUM: dict[str, float] = {
-    "RESULT_TTL": 1, "IDEMPOTENCY_TTL": 1, "MAX_MESSAGE_SIZE": 1024, "VISIBILITY_TIMEOUT": 1,
-    "MAX_DELIVERIES": 1, "DEAD_LETTER_MAX": 0, "CONCURRENCY": 1, "SHUTDOWN_TIMEOUT": 0,
+#: key -> the engine's rule for the value (type, range, finite): the same one the
+#: engine applies when it is handed the value, so the check and the use agree.
+LIMITS: dict[str, limits.Limit] = {
+    "RESULT_TTL": limits.LIMITS["record_ttl"],
+    "IDEMPOTENCY_TTL": limits.LIMITS["idempotency_ttl"],
+    "MAX_MESSAGE_SIZE": limits.LIMITS["max_message_size"],
+    "MAX_RESULT_SIZE": limits.LIMITS["max_result_size"],
+    # Stricter than the engine's 0.1 s (which tests need): a lease under a second
+    # is recovered while a healthy worker is still running the task.
+    "VISIBILITY_TIMEOUT": replace(limits.LIMITS["visibility_timeout"], low=1),
+    "MAX_DELIVERIES": limits.LIMITS["max_deliveries"],
+    "DEAD_LETTER_MAX": limits.LIMITS["dead_letter_max"],
+    "CONCURRENCY": limits.LIMITS["concurrency"],
+    "SHUTDOWN_TIMEOUT": limits.LIMITS["shutdown_timeout"],
 }
 
 #: The one registry of this process: @blitzq_task adds to it, every client built here
@@ -139,7 +163,7 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
 
     Pure: no network. Ids are stable and documented (docs/configuration.md):
     E001 not a dict, E002 unknown key, E003 wrong type, E004 value out of range or not
-    a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS.
+    a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS, E008 unknown REDIS_OPTIONS key.
     """
     if user is None:
         user = user_settings()
@@ -166,21 +190,29 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
             found.append(Problem("blitzq.E003", key, f"{_where(key)} must be {said}, not "
                                  f"{type(value).__name__}{shown}.",
                                  f"Default: {DEFAULTS[key]!r}."))
+    if "REDACT" not in {p.key for p in found}:
+        odd = [n for n in merged["REDACT"] if not isinstance(n, str) or not n.strip()]
+        if odd:
+            found.append(Problem("blitzq.E003", "REDACT", f"{_where('REDACT')} must be a list "
+                                 f"of argument names (non-empty strings), not {odd[0]!r:.60}.",
+                                 "For example ['password', 'token'] (matched case-insensitively,"
+                                 " as substrings)."))
     bad_type = {p.key for p in found if p.id == "blitzq.E003"}
 
     def out_of_range(key: str, message: str, hint: str = "") -> None:
         if key not in bad_type:
             found.append(Problem("blitzq.E004", key, f"{_where(key)} {message}", hint))
 
-    for key, low in MINIMUM.items():
-        if key not in bad_type and merged[key] < low:
-            out_of_range(key, f"must be >= {low}, not {merged[key]!r}.")
+    for key, rule in LIMITS.items():
+        wrong = limits.problem(key, merged[key], rule)
+        if wrong:
+            out_of_range(key, f"{wrong}.")
     if merged["BROKER"] not in BROKERS:
         out_of_range("BROKER", f"must be one of {', '.join(map(repr, BROKERS))}, "
                      f"not {merged['BROKER']!r}.")
     if "QUEUES" not in bad_type:
         queues = list(merged["QUEUES"])
-        if not queues or not all(isinstance(q, str) and _name_ok(q) for q in queues):
+        if not queues or not all(isinstance(q, str) and name_ok(q) for q in queues):
             out_of_range("QUEUES", "must be a non-empty list of queue names (letters, digits, "
                          "'-', '_', '.'; at most 100 characters).")
         elif "DEFAULT_QUEUE" not in bad_type and merged["DEFAULT_QUEUE"] not in queues:
@@ -188,26 +220,80 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
                          f"BLITZQ['QUEUES'] {queues!r}.",
                          "Add it to QUEUES, or a worker started without --queues never "
                          "serves it.")
-    if "NAMESPACE" not in bad_type and not _name_ok(merged["NAMESPACE"]):
+    if "NAMESPACE" not in bad_type and not name_ok(merged["NAMESPACE"]):
         out_of_range("NAMESPACE", f"{merged['NAMESPACE']!r} is not a valid namespace "
                      "(letters, digits, '-', '_', '.'; at most 100 characters).")
     url = merged["REDIS_URL"]
     if isinstance(url, str) and "REDIS_URL" not in bad_type:
-        scheme = urlsplit(url).scheme
-        if scheme not in REDIS_SCHEMES:
-            found.append(Problem("blitzq.E005", "REDIS_URL", f"BLITZQ['REDIS_URL'] has scheme "
-                                 f"{scheme!r}; expected one of {', '.join(REDIS_SCHEMES)}.",
+        wrong = url_problem(url)
+        if wrong:
+            found.append(Problem("blitzq.E005", "REDIS_URL", f"BLITZQ['REDIS_URL'] {wrong}.",
                                  "For example redis://localhost:6379/0 or "
                                  "unix:///run/redis.sock?db=0."))
+    if "REDIS_OPTIONS" not in bad_type:
+        found += _redis_options_problems(merged["REDIS_OPTIONS"])
     alias = merged["CACHE_ALIAS"]
     if isinstance(alias, str):
         found += _cache_problems(alias, caches)
     return found
 
 
-def _name_ok(name: str) -> bool:
-    # Names go inside the {hash tag} of every key: braces and ':' would break it.
-    return 0 < len(name) <= 100 and all(c.isalnum() or c in "-_." for c in name)
+def url_problem(url: str) -> str | None:
+    """What is wrong with a Redis URL ("has scheme 'http'; ..."), or None.
+
+    Never repeats the URL: it may hold a password.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsed lazily: a bad port raises only here
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535"
+        # Some of these messages quote the netloc, which may hold user:password@.
+        return "is not a valid URL" + ("" if "@" in str(exc) else f": {exc}")
+    if parts.scheme not in REDIS_SCHEMES:
+        return (f"has scheme {parts.scheme!r}; expected one of "
+                f"{', '.join(REDIS_SCHEMES)}")
+    return None
+
+
+@functools.cache
+def redis_option_names() -> frozenset[str]:
+    """Every keyword redis-py takes through ``Redis.from_url(url, **options)``, sync
+    or asyncio: the clients', the pools' and the connection classes' parameters (TCP,
+    SSL, unix socket), and the options a URL's query may carry."""
+    import redis
+    import redis.asyncio
+    import redis.asyncio.connection
+    import redis.connection
+
+    names: set[str] = set()
+    for module in (redis.connection, redis.asyncio.connection):
+        names.update(getattr(module, "URL_QUERY_ARGUMENT_PARSERS", {}))
+        classes = [module.ConnectionPool, module.Connection, module.SSLConnection,
+                   module.UnixDomainSocketConnection]
+        for cls in [redis.Redis, redis.asyncio.Redis, *classes]:
+            for base in cls.__mro__:
+                init = base.__dict__.get("__init__")
+                if init is None or not base.__module__.startswith("redis"):
+                    continue
+                names.update(p.name for p in inspect.signature(init).parameters.values()
+                             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    names.discard("self")
+    return frozenset(names)
+
+
+def _redis_options_problems(options: dict[Any, Any]) -> list[Problem]:
+    # A typo here would otherwise be a TypeError at the first enqueue, far from its cause.
+    known = redis_option_names()
+    found = []
+    for key in options:
+        if isinstance(key, str) and key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = (f"Did you mean {close[0]!r}?" if close else
+                "See the keyword arguments of redis.Redis and its connection classes.")
+        found.append(Problem("blitzq.E008", "REDIS_OPTIONS", f"BLITZQ['REDIS_OPTIONS'] key "
+                             f"{key!r:.60} is not an option of redis-py's client.", hint))
+    return found
 
 
 def _cache_problems(alias: str, caches: dict[str, Any] | None) -> list[Problem]:
@@ -278,10 +364,11 @@ def redis_location(merged: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if callable(url):
             url = url()
         url = url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
-        if urlsplit(url).scheme not in REDIS_SCHEMES:
-            raise ImproperlyConfigured(f"BLITZQ['REDIS_URL'] resolved to a URL with scheme "
-                                       f"{urlsplit(url).scheme!r}; expected one of "
-                                       f"{', '.join(REDIS_SCHEMES)} (blitzq.E005).")
+        wrong = url_problem(url)
+        if wrong:
+            # The callable's or the environment's URL: checked here, when it is known.
+            raise ImproperlyConfigured(f"BLITZQ['REDIS_URL'] resolved to a URL that {wrong} "
+                                       "(blitzq.E005).")
     options.update(merged["REDIS_OPTIONS"])
     return url, options
 
@@ -303,6 +390,7 @@ def build_client(merged: dict[str, Any]) -> Client:
         return Client(broker, registry, store_results=merged["STORE_RESULTS"],
                       track_state=merged["TRACK_STATE"],
                       max_message_size=merged["MAX_MESSAGE_SIZE"],
+                      max_result_size=merged["MAX_RESULT_SIZE"],
                       default_queue=merged["DEFAULT_QUEUE"])
     except BlitzqError as exc:
         raise ImproperlyConfigured(f"settings.BLITZQ: {exc}") from exc
@@ -334,6 +422,14 @@ def check_connection(client: Client | None = None) -> None:
 
 def default_queue() -> str:
     return get_settings()["DEFAULT_QUEUE"]
+
+
+def redact_names() -> tuple[str, ...]:
+    """BLITZQ["REDACT"]: the argument names masked wherever task data is shown.
+
+    Read through get_settings(), so it follows setting_changed like the rest.
+    """
+    return tuple(get_settings()["REDACT"])
 
 
 def reset() -> None:

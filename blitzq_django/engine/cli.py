@@ -15,30 +15,54 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .client import Client
+from .core import limits
+from .core.names import name_problem
 from .errors import BlitzqError, ConfigurationError
 from .supervisor import EXIT_RECYCLE, Supervisor
 from .worker import Worker, WorkerConfig
+
+
+def number(name: str) -> Callable[[str], int | float]:
+    """An argparse type checking a flag by the rule of the same name (core.limits).
+
+    argparse reports the ArgumentTypeError as "argument --flag: must be ...".
+    """
+    rule = limits.LIMITS[name]
+
+    def parse(text: str) -> int | float:
+        try:
+            value: int | float = int(text) if rule.integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {rule.describe()}, not {text!r}") from None
+        found = limits.problem(name, value)
+        if found:
+            raise argparse.ArgumentTypeError(found)
+        return value
+
+    parse.__name__ = name  # argparse names the type in some messages
+    return parse
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--queues", "--queue", "-Q", action="append", default=[], metavar="A,B",
         help="queues to serve, comma-separated, repeatable (default: every known queue)")
-    add("--concurrency", "-c", type=int, default=None, help="attempts running at once per process")
-    add("--prefetch", type=int, default=None,
+    add("--concurrency", "-c", type=number("concurrency"), default=None,
+        help="attempts running at once per process")
+    add("--prefetch", type=number("prefetch"), default=None,
         help="most unacked messages a process holds (default concurrency + batch size)")
-    add("--threads", type=int, default=None, help="thread pool size for def tasks")
-    add("--batch-size", type=int, default=None)
+    add("--threads", type=number("threads"), default=None, help="thread pool size for def tasks")
+    add("--batch-size", type=number("batch_size"), default=None)
     add("--burst", action="store_true", help="drain the queues, then exit")
-    add("--processes", "-p", type=int, default=1,
+    add("--processes", "-p", type=number("processes"), default=1,
         help="run this many worker processes under a supervisor that restarts dead ones")
-    add("--max-tasks-per-child", type=int, default=0,
+    add("--max-tasks-per-child", type=number("max_tasks"), default=0,
         help="recycle a worker process after this many messages (0 = never)")
-    add("--max-memory-per-child", type=int, default=0,
+    add("--max-memory-per-child", type=number("max_memory_mb"), default=0,
         help="recycle a worker process above this resident memory in MiB (0 = never)")
-    add("--visibility-timeout", type=float, default=None)
-    add("--max-deliveries", type=int, default=None)
-    add("--shutdown-timeout", type=float, default=None)
+    add("--visibility-timeout", type=number("visibility_timeout"), default=None)
+    add("--max-deliveries", type=number("max_deliveries"), default=None)
+    add("--shutdown-timeout", type=number("shutdown_timeout"), default=None)
     add("--no-promote", action="store_true", help="do not move due scheduled messages")
     add("--name", default=None, help="consumer name (default host:pid:random)")
 
@@ -46,6 +70,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
 def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = None) -> WorkerConfig:
     """Build a WorkerConfig from parsed options over settings-provided defaults."""
     values: dict[str, Any] = dict(defaults or {})
+    # call_command("runworker", processes=...) skips the argparse types: check here too.
+    limits.check("processes", options.get("processes", 1), "--processes")
     queues = parse_queues(options.get("queues") or [])
     if queues:
         values["queues"] = queues
@@ -65,6 +91,10 @@ def parse_queues(given: Sequence[str]) -> tuple[str, ...]:
     names = [q.strip() for part in given for q in part.split(",") if q.strip()]
     if given and not names:
         raise ConfigurationError("--queues names no queue")
+    for name in names:
+        problem = name_problem("queue", name)
+        if problem is not None:
+            raise ConfigurationError(f"--queues: {problem}")
     return tuple(dict.fromkeys(names))
 
 

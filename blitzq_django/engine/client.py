@@ -9,11 +9,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .brokers.base import Broker, Enqueue
+from .core import limits
 from .core import record as states
 from .core.deadletter import DeadLetter
 from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields
-from .core.record import Record
+from .core.names import check_name
+from .core.record import DEFAULT_MAX_RESULT_SIZE, Record
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
+from .core.validate import POLICY_OPTIONS, check, check_eta, eta_ms
 from .errors import ConfigurationError, MessageDecodeError, ResultTimeout
 
 if TYPE_CHECKING:
@@ -46,13 +49,16 @@ class Client:
         track_state: bool = False,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         default_queue: str = DEFAULT_QUEUE,
+        max_result_size: int = DEFAULT_MAX_RESULT_SIZE,
     ) -> None:
+        limits.check("max_result_size", max_result_size)  # an int from 1 KiB to 512 MiB
         self.broker = broker
         self.registry = registry if registry is not None else TaskRegistry()
         self.store_results = store_results
         self.track_state = track_state
         self.max_message_size = max_message_size
-        self.default_queue = default_queue
+        self.max_result_size = max_result_size
+        self.default_queue = check_name("queue", default_queue)
 
     # -- defining tasks ------------------------------------------------------
 
@@ -194,45 +200,35 @@ class CallOptions:
     jitter: bool | None = None
 
     def __post_init__(self) -> None:
+        # The rules decode applies (validate.RULES), so a message is refused here, naming
+        # the option, rather than written and then dead-lettered as malformed.
         if self.delay is not None and self.eta is not None:
             raise ConfigurationError("pass delay or eta, not both")
-        if self.delay is not None and self.delay < 0:
-            raise ConfigurationError("delay must be >= 0 seconds")
-        if self.eta is not None and getattr(self.eta, "tzinfo", None) is None:
-            raise ConfigurationError("eta must be a timezone-aware datetime")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ConfigurationError("timeout must be > 0 seconds")
-        if self.idempotency_key is not None and not 0 < len(self.idempotency_key) <= 512:
-            raise ConfigurationError("idempotency_key must be 1 to 512 characters")
-        if self.retries is not None and self.retries < 0:
-            raise ConfigurationError("retries must be >= 0")
-        for name in ("initial_delay", "max_delay"):
+        if self.queue is not None:
+            check_name("queue", self.queue)
+        if self.eta is not None:
+            check_eta(self.eta)  # its range depends on the time of enqueue: checked then
+        for name in _CHECKED:
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int | float) or value < 0):
-                raise ConfigurationError(f"{name} must be a number of seconds >= 0")
-        if self.factor is not None and (not isinstance(self.factor, int | float)
-                                        or self.factor < 1):
-            raise ConfigurationError("factor must be a number >= 1")
-        if self.jitter is not None and not isinstance(self.jitter, bool):
-            raise ConfigurationError("jitter must be True or False")
+            if value is not None:
+                check(name, value)
 
     def due_ms(self, now: int) -> int | None:
         if self.delay:
             return now + int(self.delay * 1000)
         if self.eta is not None:
-            due = int(self.eta.timestamp() * 1000)
-            return due if due > now else None
+            return eta_ms(self.eta, now)
         return None
 
     def policy(self) -> dict[str, Any] | None:
-        fields = ("retries", "initial_delay", "max_delay", "factor", "jitter")
-        out = {f: getattr(self, f) for f in fields if getattr(self, f) is not None}
+        out = {f: getattr(self, f) for f in POLICY_OPTIONS if getattr(self, f) is not None}
         return out or None
 
     def merged(self, **changes: Any) -> CallOptions:
         return replace(self, **changes)
 
 
+_CHECKED = ("task_id", "delay", "timeout", "idempotency_key", "headers", *POLICY_OPTIONS)
 _NO_OPTIONS = CallOptions()
 
 
@@ -306,6 +302,8 @@ class Task(Generic[P, R]):
         except TypeError as exc:
             raise TypeError(f"{self.spec.name}.options(): {exc}; accepted: "
                             f"{', '.join(CallOptions.__dataclass_fields__)}") from None
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.spec.name}.options(): {exc}") from None
         return self._with_call(call)
 
     def _with_call(self, call: CallOptions) -> Task[P, R]:

@@ -39,6 +39,27 @@ def test_defaults_are_valid() -> None:
     ({"NAMESPACE": "my:ns"}, "blitzq.E004", "NAMESPACE"),
     ({"REDIS_URL": "http://localhost:6379"}, "blitzq.E005", "REDIS_URL"),
     ({"CACHE_ALIAS": "nope"}, "blitzq.E006", "CACHE_ALIAS"),
+    # Numbers: type, range and finiteness, by the engine's rule (core.limits).
+    ({"VISIBILITY_TIMEOUT": float("nan")}, "blitzq.E004", "VISIBILITY_TIMEOUT"),
+    ({"VISIBILITY_TIMEOUT": float("inf")}, "blitzq.E004", "VISIBILITY_TIMEOUT"),
+    ({"VISIBILITY_TIMEOUT": 0.5}, "blitzq.E004", "VISIBILITY_TIMEOUT"),
+    ({"SHUTDOWN_TIMEOUT": float("nan")}, "blitzq.E004", "SHUTDOWN_TIMEOUT"),
+    ({"RESULT_TTL": 10**17}, "blitzq.E004", "RESULT_TTL"),
+    ({"IDEMPOTENCY_TTL": 10**17}, "blitzq.E004", "IDEMPOTENCY_TTL"),
+    ({"DEAD_LETTER_MAX": 10**12}, "blitzq.E004", "DEAD_LETTER_MAX"),
+    ({"CONCURRENCY": 10**9}, "blitzq.E004", "CONCURRENCY"),
+    ({"MAX_RESULT_SIZE": 10}, "blitzq.E004", "MAX_RESULT_SIZE"),
+    ({"MAX_RESULT_SIZE": "8MB"}, "blitzq.E003", "MAX_RESULT_SIZE"),
+    ({"MAX_RESULT_SIZE": 2.0**20}, "blitzq.E003", "MAX_RESULT_SIZE"),
+    ({"REDACT": "password"}, "blitzq.E003", "REDACT"),
+    ({"REDACT": ["token", 3]}, "blitzq.E003", "REDACT"),
+    ({"REDACT": [""]}, "blitzq.E003", "REDACT"),
+    # URLs urlsplit() refuses: a check error, not a crash of manage.py check.
+    ({"REDIS_URL": "redis://[::1"}, "blitzq.E005", "REDIS_URL"),
+    ({"REDIS_URL": "redis://h:99999"}, "blitzq.E005", "REDIS_URL"),
+    ({"REDIS_URL": "redis://h:port/0"}, "blitzq.E005", "REDIS_URL"),
+    ({"REDIS_OPTIONS": {"socket_timout": 3}}, "blitzq.E008", "REDIS_OPTIONS"),
+    ({"REDIS_OPTIONS": {1: 3}}, "blitzq.E008", "REDIS_OPTIONS"),
 ])
 def test_each_problem_has_its_id_and_names_the_key(user: Any, expected_id: str,
                                                    named: str) -> None:
@@ -174,3 +195,56 @@ def test_cache_alias_round_trip_on_a_real_redis(settings: Any, redis_url: str,
         if keys:
             plain.delete(*keys)
         plain.close()
+
+
+def test_redis_options_typo_suggests_the_option() -> None:
+    (problem,) = conf.problems({"REDIS_OPTIONS": {"socket_timout": 3}})
+    assert "'socket_timout'" in problem.message
+    assert problem.hint == "Did you mean 'socket_timeout'?"
+
+
+def test_redis_options_accepts_what_redis_py_accepts() -> None:
+    options = {"socket_timeout": 3, "max_connections": 10, "ssl_cert_reqs": "required",
+               "ssl_ca_certs": "/ca.pem", "ssl_min_version": None, "decode_responses": False,
+               "health_check_interval": 10, "username": "u", "password": "p",
+               "client_name": "w", "retry_on_timeout": True, "socket_keepalive": True,
+               "single_connection_client": False, "protocol": 3}
+    assert conf.problems({"REDIS_OPTIONS": options}) == []
+
+
+def test_unparsable_redis_url_does_not_crash_manage_py_check(settings: Any) -> None:
+    settings.BLITZQ = {"REDIS_URL": "redis://user:s3cret@[::1"}
+    (error,) = check_settings()
+    assert error.id == "blitzq.E005" and "Invalid IPv6 URL" in error.msg
+    assert "s3cret" not in error.msg
+    with pytest.raises(SystemCheckError, match=r"blitzq\.E005"):
+        call_command("check", "--tag", "blitzq")
+    # urlsplit quotes the netloc in this message: it must not reach the check.
+    (problem,) = conf.problems({"REDIS_URL": "redis://u:p\uff03w-s3cret@h/0"})
+    assert problem.id == "blitzq.E005" and "s3cret" not in problem.message
+
+
+def test_a_callable_url_resolving_to_an_unparsable_one_is_improperly_configured(
+        settings: Any) -> None:
+    settings.BLITZQ = {"REDIS_URL": lambda: "redis://:pw@h:99999/0"}
+    with pytest.raises(ImproperlyConfigured, match=r"blitzq\.E005") as info:
+        conf.get_client()
+    assert "Port out of range" in str(info.value) and "pw@" not in str(info.value)
+
+
+def test_nan_visibility_timeout_is_refused_by_get_client(settings: Any) -> None:
+    settings.BLITZQ = {"VISIBILITY_TIMEOUT": float("nan")}
+    with pytest.raises(ImproperlyConfigured, match=r"VISIBILITY_TIMEOUT.*finite"):
+        conf.get_client()
+
+
+def test_max_result_size_reaches_the_client(settings: Any) -> None:
+    assert conf.DEFAULTS["MAX_RESULT_SIZE"] == 8 * 1024 * 1024
+    settings.BLITZQ = {"BROKER": "memory", "MAX_RESULT_SIZE": 4096}
+    assert conf.get_client().max_result_size == 4096
+
+
+def test_redact_names_follow_the_settings(settings: Any) -> None:
+    assert "password" in conf.redact_names()  # the default list
+    settings.BLITZQ = {"REDACT": ["iban"]}
+    assert conf.redact_names() == ("iban",)

@@ -9,12 +9,18 @@ New fields are appended with defaults, so an older message still decodes.
 Only plain data travels: None, bool, int (64-bit), float, str, bytes, list,
 dict, plus datetime, date, time, Decimal and UUID as msgpack extension types.
 Tuples arrive as lists. Nothing is ever unpickled.
+
+One message may expand to at most MAX_DECODED_ITEMS items (every element of every
+array, every key and value of every map) and an argument or header value may nest
+containers at most MAX_DEPTH deep; the encoder refuses what the decoder would.
+Options follow the one table of rules in validate.py, on both sides.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import threading
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -22,11 +28,18 @@ from typing import Any, TypeVar
 import msgpack
 
 from ..errors import MessageDecodeError, MessageEncodeError, MessageTooLarge
+from . import validate
+from .names import KNOWN_NAMES, name_ok, name_problem
+from .validate import MAX_ATTEMPT, MAX_TASK_ID_LENGTH, MAX_TIMESTAMP_MS
 
 T = TypeVar("T")
 
 VERSION = 1
 DEFAULT_MAX_MESSAGE_SIZE = 8 * 1024 * 1024
+# What one message may expand to once decoded: an 8 MiB message of empty arrays would
+# otherwise cost over half a GiB. Items: every array element, map key and map value.
+MAX_DECODED_ITEMS = 250_000
+MAX_DEPTH = 100  # containers nested in one argument or header value ([] is depth 1)
 
 _EXT_DATETIME = 1
 _EXT_DATE = 2
@@ -40,8 +53,10 @@ class Message:
     id: str
     task: str
     queue: str
-    args: tuple[Any, ...] | list[Any] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    # Not in repr(): a hook or a log line that shows a message must not show its arguments
+    # (they may hold secrets; see REDACT).
+    args: tuple[Any, ...] | list[Any] = field(default=(), repr=False)
+    kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
     attempt: int = 1  # 1-based; a retry is a new message with attempt + 1
     created_ms: int = 0
     eta_ms: int | None = None  # earliest time it may run (delayed, ETA, retry backoff)
@@ -52,6 +67,26 @@ class Message:
 
     def next_attempt(self, eta_ms: int) -> Message:
         return replace(self, attempt=self.attempt + 1, eta_ms=eta_ms)
+
+
+_SETTERS = tuple(Message.__dict__[name].__set__ for name in Message.__dataclass_fields__)
+if tuple(Message.__dataclass_fields__) != ("id", "task", "queue", "args", "kwargs", "attempt",
+                                          "created_ms", "eta_ms", "timeout", "idempotency_key",
+                                          "headers", "policy"):
+    raise RuntimeError("_message() assumes Message's field order")
+
+
+def _message(*values: Any) -> Message:
+    """Message(...) of already checked fields, positionally: the worker's decode path.
+
+    A frozen dataclass sets each field through object.__setattr__ and parses keyword
+    arguments; setting the slots directly costs half as much (about 1 µs per message),
+    which pays for the checks decode makes.
+    """
+    message = object.__new__(Message)
+    for setter, value in zip(_SETTERS, values, strict=True):
+        setter(message, value)
+    return message
 
 
 def _default(obj: Any) -> Any:
@@ -106,15 +141,129 @@ def unpack_fields(cls: type[T], data: bytes) -> T:
     return cls(**{k: v for k, v in unpack(data).items() if k in known})
 
 
-def _find_bad_argument(message: Message) -> str:
+class _Walk(Exception):  # noqa: N818 - internal signal, never escapes this module
+    """A tuple or a container subclass: its keys and shape need the exact walk."""
+
+
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes, bytearray, dt.datetime,
+                      dt.date, dt.time, decimal.Decimal, uuid.UUID})
+_BASES = (bool, int, float, str, bytes)
+
+
+def _default_strict(obj: Any) -> Any:
+    # strict_types sends tuples (which may be dict keys, and those cannot be rebuilt)
+    # and subclasses here, so the plain path needs no walk to find them.
+    if isinstance(obj, tuple | list | dict):
+        raise _Walk
+    for base in _BASES:
+        if isinstance(obj, base):  # IntEnum, StrEnum...: sent as their base value
+            return base(obj)
+    return _default(obj)
+
+
+_local = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    # One Packer per thread: msgpack.packb builds a new one on every call (half the cost
+    # of a small message), and a Packer cannot be shared (``default`` may switch threads).
+    try:
+        return _local.packer  # type: ignore[no-any-return]
+    except AttributeError:
+        _local.packer = msgpack.Packer(default=_default_strict, use_bin_type=True,
+                                       datetime=False, strict_types=True)
+        return _local.packer  # type: ignore[no-any-return]
+
+
+_CONTAINERS = (list, tuple, dict)
+# Every array or map header starts with one of these bytes (fixmap, fixarray, array 16/32,
+# map 16/32): counting them bounds the number of containers, hence the nesting depth.
+_NOT_HEADER = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF))
+
+
+def _shape_problem(value: Any, items: int, keys: bool) -> tuple[str | None, int]:
+    """Walk one value level by level: (why the decoder would refuse it, or None; items).
+
+    ``keys``: also look for tuple keys (only the encoder's tuple path needs it).
+    """
+    level = [value]
+    depth = 0
+    while True:
+        level = [v for v in level if isinstance(v, _CONTAINERS)]
+        if not level:
+            return None, items
+        depth += 1
+        if depth > MAX_DEPTH:
+            return f"nests containers more than MAX_DEPTH ({MAX_DEPTH}) deep", items
+        dicts = [v for v in level if isinstance(v, dict)]
+        items += sum(map(len, level)) + sum(map(len, dicts))  # a map entry is 2 items
+        if items > MAX_DECODED_ITEMS:
+            return (f"makes the message over MAX_DECODED_ITEMS ({MAX_DECODED_ITEMS}) items; "
+                    "pass a reference (a primary key, a URL) instead of the data", items)
+        if keys:
+            for d in dicts:
+                for k in d:
+                    if isinstance(k, tuple):  # arrives as a list, which cannot be a key
+                        return (f"has a {type(k).__qualname__} key "
+                                f"{validate.short_repr(k)}, which cannot be a key once "
+                                "decoded", items)
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)
+                 if type(c) not in _SCALARS]
+
+
+def _needs_walk(data: bytes, id: str, task: str, queue: str, args: Any,
+                kwargs: dict[Any, Any], headers: Any) -> bool:
+    """False when cheap facts prove the message within MAX_DEPTH and MAX_DECODED_ITEMS.
+
+    Every item takes at least one byte, and every level of nesting one container header
+    outside the id, task and queue strings; most messages are cleared by their size, the
+    rest by holding no container or by counting the bytes a header can start with.
+    """
+    size = len(data)
+    if size > MAX_DECODED_ITEMS:
+        return True
+    return (size - len(id) - len(task) - len(queue) > MAX_DEPTH
+            and not _flat(args, kwargs, headers)
+            and len(data.translate(None, _NOT_HEADER)) > MAX_DEPTH)
+
+
+def _named_values(args: Any, kwargs: dict[Any, Any], headers: Any
+                  ) -> list[tuple[str, Any]]:
+    named = [(f"argument args[{i}]", v) for i, v in enumerate(args)]
+    named += [(f"argument kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    if isinstance(headers, dict):
+        named += [(f"header {k!r}", v) for k, v in headers.items()]
+    return named
+
+
+def _shape_check(args: Any, kwargs: dict[Any, Any], headers: Any, policy: Any,
+                 keys: bool = False) -> str | None:
+    """The first argument or header the decoder would refuse, and why; or None."""
+    # Counted as decode counts: the 13 fields, the args list, and the three maps.
+    items = 13 + len(args) + 2 * (len(kwargs) + len(headers or ()) + len(policy or ()))
+    if items > MAX_DECODED_ITEMS:
+        return f"the message has over MAX_DECODED_ITEMS ({MAX_DECODED_ITEMS}) items"
+    if keys and any(isinstance(k, tuple) for k in kwargs):
+        return "a keyword argument name is a tuple, which cannot be a key once decoded"
+    for name, value in _named_values(args, kwargs, headers):
+        problem, items = _shape_problem(value, items, keys)
+        if problem is not None:
+            return f"{name} {problem}"
+    return None
+
+
+def _flat(args: Any, kwargs: dict[Any, Any], headers: Any) -> bool:
+    return (not headers and _SCALARS.issuperset(map(type, args))
+            and _SCALARS.issuperset(map(type, kwargs.values())))
+
+
+def _find_bad_argument(args: Any, kwargs: dict[Any, Any]) -> str:
     """Name the first argument that does not encode, for the enqueue-time error."""
-    named = [(f"args[{i}]", v) for i, v in enumerate(message.args)]
-    named += [(f"kwargs[{k!r}]", v) for k, v in message.kwargs.items()]
-    for name, value in named:
+    for name, value in _named_values(args, kwargs, None):
         try:
             pack(value)
         except (TypeError, ValueError, OverflowError) as exc:
-            return f"argument {name} of type {type(value).__qualname__} cannot be encoded ({exc})"
+            return f"{name} of type {type(value).__qualname__} cannot be encoded ({exc})"
     return "the message headers or options cannot be encoded"
 
 
@@ -131,33 +280,60 @@ def encode_fields(id: str, task: str, queue: str, args: Any, kwargs: dict[str, A
                   policy: dict[str, Any] | None, max_size: int = DEFAULT_MAX_MESSAGE_SIZE
                   ) -> bytes:
     """encode() without building a Message first: the producer's hot path."""
+    fields = [VERSION, id, task, queue, list(args), kwargs, attempt, created_ms, eta_ms,
+              timeout, idempotency_key, headers, policy]
+    # The checks decode makes (the same gate, then the same _fields_problem), so nothing
+    # a worker would dead-letter as malformed is ever written.
+    if not (eta_ms is timeout is idempotency_key is policy is None
+            and type(attempt) is int and 0 < attempt <= MAX_ATTEMPT and type(created_ms) is int
+            and 0 <= created_ms <= MAX_TIMESTAMP_MS and type(headers) is dict and not headers
+            and type(id) is str and len(id) <= MAX_TASK_ID_LENGTH and id.isalnum()
+            and type(queue) is str and queue in KNOWN_NAMES):
+        problem = _fields_problem(id, queue, attempt, created_ms, eta_ms, timeout,
+                                  idempotency_key, headers, policy)
+        if problem is not None:
+            raise MessageEncodeError(f"task {task!r}: {problem}")
+    walked = False
     try:
-        data = msgpack.packb(
-            [VERSION, id, task, queue, list(args), kwargs, attempt, created_ms, eta_ms,
-             timeout, idempotency_key, headers, policy],
-            default=_default, use_bin_type=True, datetime=False,
-        )
-    except (TypeError, ValueError, OverflowError):
-        message = Message(id=id, task=task, queue=queue, args=args, kwargs=kwargs)
+        try:
+            data = _packer().pack(fields)
+        except _Walk:
+            problem = _shape_check(args, kwargs, headers, policy, keys=True)
+            if problem is not None:
+                raise MessageEncodeError(f"task {task!r}: {problem}") from None
+            walked = True
+            data = pack(fields)
+    except (TypeError, ValueError, OverflowError) as exc:
+        if isinstance(exc, MessageEncodeError):
+            raise
         raise MessageEncodeError(
-            f"task {task!r}: {_find_bad_argument(message)}; "
+            f"task {task!r}: {_find_bad_argument(args, kwargs)}; "
             "only None, bool, int, float, str, bytes, list, tuple, dict, datetime, date, "
             "time, Decimal and UUID can be sent"
         ) from None
-    if len(data) > max_size:
+    size = len(data)
+    if size > max_size:
         raise MessageTooLarge(
-            f"task {task!r}: message is {len(data)} bytes, over max_message_size "
+            f"task {task!r}: message is {size} bytes, over max_message_size "
             f"({max_size} bytes); pass a reference (a primary key, a URL) instead of the data"
         )
+    if not walked and _needs_walk(data, id, task, queue, args, kwargs, headers):
+        problem = _shape_check(args, kwargs, headers, policy)
+        if problem is not None:
+            raise MessageEncodeError(f"task {task!r}: {problem}")
     return data
 
 
 def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
     """Decode bytes from the broker; anything that is not a message raises MessageDecodeError."""
-    if len(data) > max_size:
-        raise MessageDecodeError(f"message is {len(data)} bytes, over max_message_size")
+    size = len(data)
+    if size > max_size:
+        raise MessageDecodeError(f"message is {size} bytes, over max_message_size")
     try:
-        fields = unpack(data)
+        # Each item takes at least one byte: only a larger message needs counting.
+        fields = unpack(data) if size <= MAX_DECODED_ITEMS else _unpack_bounded(data)
+    except MessageDecodeError:
+        raise
     except Exception as exc:  # msgpack raises several unrelated types
         raise MessageDecodeError(f"not msgpack: {exc}") from None
     # `type(x) is T` rather than isinstance: this runs for every message a worker reads.
@@ -167,63 +343,77 @@ def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
      policy) = fields[:13]
     if type(id_) is not str or type(task) is not str or type(queue) is not str:
         raise MessageDecodeError("id, task and queue must be strings")
-    if type(args) is not list or type(kwargs) is not dict or type(attempt) is not int:
-        raise MessageDecodeError("args must be a list, kwargs a map and attempt an integer")
-    if not (eta_ms is None and timeout is None and key is None and policy is None
-            and type(created_ms) is int and type(headers) is dict):
-        _check_options(created_ms, eta_ms, timeout, key, headers, policy)
-    return Message(
-        id=id_,
-        task=task,
-        queue=queue,
-        args=args,
-        kwargs=kwargs,
-        attempt=attempt,
-        created_ms=created_ms or 0,
-        eta_ms=eta_ms,
-        timeout=timeout,
-        idempotency_key=key,
-        headers=headers or {},
-        policy=policy,
-    )
+    if type(args) is not list or type(kwargs) is not dict:
+        raise MessageDecodeError("args must be a list and kwargs a map")
+    # The common message passes this gate; it admits only what _fields_problem admits.
+    if not (eta_ms is timeout is key is policy is None
+            and type(attempt) is int and 0 < attempt <= MAX_ATTEMPT and type(created_ms) is int
+            and 0 <= created_ms <= MAX_TIMESTAMP_MS and type(headers) is dict and not headers
+            and len(id_) <= MAX_TASK_ID_LENGTH and id_.isalnum() and queue in KNOWN_NAMES):
+        problem = _fields_problem(id_, queue, attempt, created_ms, eta_ms, timeout, key,
+                                  headers, policy)
+        if problem is not None:
+            raise MessageDecodeError(problem)
+    if (size > MAX_DEPTH + len(id_) + len(task) + len(queue)
+            and _needs_walk(data, id_, task, queue, args, kwargs, headers)):
+        problem = _shape_check(args, kwargs, headers, policy)
+        if problem is not None:
+            raise MessageDecodeError(problem)
+    return _message(id_, task, queue, args, kwargs, attempt, created_ms or 0, eta_ms, timeout,
+                    key, headers or {}, policy)
 
 
-def _check_options(created_ms: Any, eta_ms: Any, timeout: Any, key: Any, headers: Any,
-                   policy: Any) -> None:
-    # A worker trusts a decoded message, so options are checked here, where a bad one
-    # dead-letters the message as malformed instead of failing later in the worker.
-    if not _optional(created_ms, int) or not _optional(eta_ms, int):
-        raise MessageDecodeError("created_ms and eta_ms must be integers")
-    if not _optional(timeout, int | float) or (timeout is not None and timeout <= 0):
-        raise MessageDecodeError("timeout must be a positive number of seconds")
-    if not _optional(key, str) or not _optional(headers, dict):
-        raise MessageDecodeError("idempotency_key must be a string and headers a map")
-    if policy is not None and not _valid_policy(policy):
-        raise MessageDecodeError(f"invalid retry policy overrides: {policy!r}")
+def _fields_problem(id_: Any, queue: Any, attempt: Any, created_ms: Any, eta_ms: Any,
+                    timeout: Any, key: Any, headers: Any, policy: Any) -> str | None:
+    """Why these message fields are invalid, or None: the one check of encode and decode.
+
+    A worker trusts a decoded message, so a bad option is caught here, where it
+    dead-letters the message as malformed instead of failing later in the worker.
+    """
+    checks = [("task_id", id_), ("attempt", attempt)]
+    checks += [(name, value) for name, value in (
+        ("created_ms", created_ms), ("eta_ms", eta_ms), ("timeout", timeout),
+        ("idempotency_key", key), ("headers", headers)) if value is not None]
+    for name, value in checks:
+        problem = validate.problem(name, value)
+        if problem is not None:
+            return problem
+    if not name_ok(queue):
+        return name_problem("queue", queue)
+    return None if policy is None else validate.policy_problem(policy)
 
 
-def _optional(value: Any, kind: Any) -> bool:
-    return value is None or (isinstance(value, kind) and not isinstance(value, bool))
+def _unpack_bounded(data: bytes) -> Any:
+    """unpack() for a message over MAX_DECODED_ITEMS bytes: stops once over the budget."""
+    # [items, containers]: hooks run as each container completes, so counting the
+    # containers too stops a flat array of empty arrays before it is all built.
+    seen = [0, 0]
 
+    def count(container: Any) -> Any:
+        seen[0] += len(container) * (2 if type(container) is dict else 1)
+        seen[1] += 1
+        # Every container but the message array is an item of its parent.
+        if seen[0] > MAX_DECODED_ITEMS or seen[1] > MAX_DECODED_ITEMS + 1:
+            raise MessageDecodeError(f"message has over MAX_DECODED_ITEMS "
+                                     f"({MAX_DECODED_ITEMS}) items")
+        return container
 
-_POLICY_CHECKS = {
-    "retries": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-    "initial_delay": lambda v: isinstance(v, int | float) and v >= 0,
-    "max_delay": lambda v: isinstance(v, int | float) and v >= 0,
-    "factor": lambda v: isinstance(v, int | float) and v >= 1,
-    "jitter": lambda v: isinstance(v, bool),
-}
-
-
-def _valid_policy(policy: Any) -> bool:
-    return isinstance(policy, dict) and all(
-        k in _POLICY_CHECKS and _POLICY_CHECKS[k](v) for k, v in policy.items())
+    # The length limits bound what one array or map preallocates before its hook runs.
+    try:
+        return msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False,
+                               list_hook=count, object_hook=count,
+                               max_array_len=MAX_DECODED_ITEMS, max_map_len=MAX_DECODED_ITEMS)
+    except ValueError as exc:
+        if "exceeds max_" not in str(exc):  # msgpack's words for a length limit
+            raise
+        raise MessageDecodeError(f"message has an array or map over MAX_DECODED_ITEMS "
+                                 f"({MAX_DECODED_ITEMS}) items") from None
 
 
 def peek_id(data: bytes) -> str | None:
     """Best-effort message id of undecodable bytes, for dead-letter bookkeeping."""
     try:
-        fields = unpack(data)
+        fields = unpack(data) if len(data) <= MAX_DECODED_ITEMS else _unpack_bounded(data)
         return fields[1] if isinstance(fields, list) and isinstance(fields[1], str) else None
     except Exception:
         return None

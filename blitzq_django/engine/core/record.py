@@ -18,6 +18,8 @@ CANCELLED = "cancelled"
 
 FINAL_STATES = frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, CANCELLED})
 
+DEFAULT_MAX_RESULT_SIZE = 8 * 1024 * 1024  # bytes of one encoded result (Client.max_result_size)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Record:

@@ -6,7 +6,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import ConfigurationError, Retry
+from ..errors import Retry
+from .validate import POLICY_OPTIONS, check
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,11 +21,9 @@ class RetryPolicy:
     dont_retry_on: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.retries < 0:
-            raise ConfigurationError("retries must be >= 0")
-        if self.initial_delay < 0 or self.max_delay < 0 or self.factor < 1:
-            raise ConfigurationError(
-                "backoff needs initial_delay >= 0, max_delay >= 0 and factor >= 1")
+        # The rules a message's policy overrides are decoded with (validate.RULES).
+        for name in POLICY_OPTIONS:
+            check(name, getattr(self, name))
 
     @property
     def max_attempts(self) -> int:
@@ -58,5 +57,4 @@ class RetryPolicy:
         """Apply the plain-data per-call overrides a message carries."""
         if not overrides:
             return self
-        allowed = {"retries", "initial_delay", "max_delay", "factor", "jitter"}
-        return replace(self, **{k: v for k, v in overrides.items() if k in allowed})
+        return replace(self, **{k: v for k, v in overrides.items() if k in POLICY_OPTIONS})

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError, TaskNotRegistered
+from .names import check_name
 from .retry import RetryPolicy
+from .validate import check
 
 DEFAULT_QUEUE = "default"
 
@@ -43,10 +45,18 @@ class TaskSpec:
                     retry_fields[k] = (value,)
                 elif value is not None and not isinstance(value, tuple):
                     retry_fields[k] = tuple(value)
-            retry = RetryPolicy(**{**_policy_fields(retry), **retry_fields})
+            try:
+                retry = RetryPolicy(**{**_policy_fields(retry), **retry_fields})
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"task {name!r}: {exc}") from None
         timeout = options.get("timeout")
-        if timeout is not None and timeout <= 0:
-            raise ConfigurationError(f"task {name!r}: timeout must be > 0 seconds")
+        if timeout is not None:
+            check("timeout", timeout, f"task {name!r}: ")
+        if "queue" in options:
+            try:
+                check_name("queue", options["queue"])
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"task {name!r}: {exc}") from None
         return cls(
             name=name,
             func=func,

@@ -17,13 +17,17 @@ key                                     type      holds
 ``bq:{ns:queue}:r:<id>``                string    record of one message; TTL result_ttl
 ``bq:{ns:queue}:u:<key>``               string    idempotency key -> message id; TTL
 ``bq:{ns:queue}:done:<id>``             channel   published when a final record is written
+``bq:{ns:queue}:k:<token>``             string    receipt of one settle batch (its reply); TTL
 ``bq:{ns}:workers``                     zset      reserved: worker registry (not written yet)
 ======================================  ========  =============================================
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from ..core.names import check_name
 
 GROUP = "workers"
 PREFIX = "bq"
@@ -68,18 +72,29 @@ class QueueKeys:
     def done_channel(self, message_id: str) -> str:
         return f"{self.tag}:done:{message_id}"
 
+    def receipt(self, token: str) -> str:
+        return f"{self.tag}:k:{token}"
+
 
 class Keyspace:
     def __init__(self, namespace: str) -> None:
-        self.namespace = namespace
+        # Checked here, where names become keys: (ns "a", queue "b:c") must not share
+        # keys with (ns "a:b", queue "c"), nor a brace break the hash tag.
+        self.namespace = check_name("namespace", namespace)
         self._queues: dict[str, QueueKeys] = {}
 
     def queue(self, name: str) -> QueueKeys:
         keys = self._queues.get(name)
         if keys is None:
+            check_name("queue", name)
             keys = self._queues[name] = QueueKeys(f"{PREFIX}:{{{self.namespace}:{name}}}")
         return keys
 
     def all_keys_pattern(self) -> str:
-        """Glob over every key of this namespace (for purge in tests and tools)."""
-        return f"{PREFIX}:{{{self.namespace}*"
+        """Glob over every key of this namespace (for purge in tests and tools).
+
+        ``bq:{ns:*`` and ``bq:{ns}:*`` but not ``bq:{ns2:...``: the namespace must end
+        at ':' or '}'. Valid names hold no glob metacharacter; escaped all the same.
+        """
+        namespace = re.sub(r"([*?\[\]\\])", r"\\\1", self.namespace)
+        return f"{PREFIX}:{{{namespace}[:}}]*"

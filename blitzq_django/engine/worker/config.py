@@ -7,7 +7,14 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
+from ..core import limits
 from ..errors import ConfigurationError
+
+NUMERIC_FIELDS = ("concurrency", "prefetch", "threads", "batch_size", "block_timeout",
+                  "visibility_timeout", "heartbeat_interval", "recovery_interval",
+                  "max_deliveries", "schedule_poll_interval", "shutdown_timeout", "max_tasks",
+                  "max_memory_mb")
+OPTIONAL_FIELDS = frozenset({"heartbeat_interval", "recovery_interval"})  # None = derived
 
 
 def default_name() -> str:
@@ -35,21 +42,18 @@ class WorkerConfig:
     name: str = field(default_factory=default_name)
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ConfigurationError("concurrency must be >= 1")
+        # Every number by the shared rule (core.limits), so NaN, inf, bools and
+        # out-of-range values fail here, not as a lease never renewed later.
+        for name in NUMERIC_FIELDS:
+            value = getattr(self, name)
+            if value is not None or name not in OPTIONAL_FIELDS:
+                limits.check(name, value)
         if self.prefetch and self.prefetch < self.concurrency:
             raise ConfigurationError("prefetch must be >= concurrency (or 0 for the default)")
-        if self.visibility_timeout <= 0:
-            raise ConfigurationError("visibility_timeout must be > 0 seconds")
         if self.heartbeat_interval is not None and not (
-            0 < self.heartbeat_interval < self.visibility_timeout / 2
+            self.heartbeat_interval < self.visibility_timeout / 2
         ):
             raise ConfigurationError("heartbeat_interval must be below half of visibility_timeout")
-        if self.max_deliveries < 1:
-            raise ConfigurationError("max_deliveries must be >= 1")
-        if self.batch_size < 1 or self.block_timeout <= 0 or self.schedule_poll_interval <= 0:
-            raise ConfigurationError(
-                "batch_size, block_timeout and schedule_poll_interval must be > 0")
 
     @property
     def prefetch_count(self) -> int:

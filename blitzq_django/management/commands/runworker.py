@@ -22,13 +22,6 @@ from ...engine.errors import BlitzqError
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
 class Command(BaseCommand):
     help = (
         "Run a blitzq worker: fetch messages from Redis and run their tasks until SIGTERM or "
