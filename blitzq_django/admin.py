@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from . import redaction
 from .models import TaskRecord
 
 
@@ -33,17 +34,19 @@ class TaskRecordAdmin(admin.ModelAdmin):
               "traceback_display", "created_at", "started_at", "finished_at", "worker")
     readonly_fields = fields
 
+    # Secrets (BLITZQ["REDACT"]) are masked before display: staff who may read the
+    # history need not see passwords and tokens passed to tasks.
     @admin.display(description="args")
     def args_display(self, obj: TaskRecord) -> str:
-        return _pretty(obj.args)
+        return _pretty(redaction.redact_call(obj.task_name, obj.args, obj.kwargs)[0])
 
     @admin.display(description="kwargs")
     def kwargs_display(self, obj: TaskRecord) -> str:
-        return _pretty(obj.kwargs)
+        return _pretty(redaction.redact_call(obj.task_name, obj.args, obj.kwargs)[1])
 
     @admin.display(description="result")
     def result_display(self, obj: TaskRecord) -> str:
-        return _pretty(obj.result)
+        return _pretty(redaction.redact_result(obj.result))
 
     @admin.display(description="traceback")
     def traceback_display(self, obj: TaskRecord) -> str:

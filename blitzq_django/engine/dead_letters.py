@@ -13,11 +13,14 @@ import fnmatch
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .client import Client
 from .client import new_id as new_message_id
 from .core.deadletter import DeadLetter
 from .core.message import decode, encode
+from .core.redact import DEFAULT_REDACT, positional_names, redact
+from .core.task import TaskRegistry
 
 BATCH = 200  # dead letters per round trip in bulk operations
 
@@ -62,10 +65,37 @@ def _replayable(letters: Sequence[DeadLetter], new_id: bool) -> list[tuple[str, 
     return items
 
 
+def shown(letter: DeadLetter, names: Sequence[str] = DEFAULT_REDACT,
+          registry: TaskRegistry | None = None) -> dict[str, Any]:
+    """A dead letter for display (listings, dashboards, logs): its fields without the
+    payload, plus its message's args and kwargs with the secrets in ``names`` masked.
+
+    The letter itself keeps the real payload, which replay() needs. Positional
+    arguments are matched by the task's parameter names when ``registry`` knows it.
+    """
+    message = letter.message
+    args: Any = None
+    kwargs: Any = None
+    if message is not None:
+        spec = registry.find(message.task) if registry is not None else None
+        params = positional_names(spec.func) if spec is not None else ()
+        args, kwargs = redact(list(message.args), message.kwargs, names, params)
+    return {"id": letter.id, "queue": letter.queue, "task": letter.task, "reason": letter.reason,
+            "attempt": letter.attempt, "delivery_count": letter.delivery_count,
+            "error_type": letter.error_type, "error_message": letter.error_message,
+            "traceback": letter.traceback, "dead_ms": letter.dead_ms,
+            "args": args, "kwargs": kwargs}
+
+
 class DeadLetters:
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, redact: Sequence[str] = DEFAULT_REDACT) -> None:
         self.client = client
         self.broker = client.broker
+        self.redact = tuple(redact)  # names masked by shown(); never in the stored payload
+
+    def shown(self, letter: DeadLetter) -> dict[str, Any]:
+        """``shown(letter)`` with this listing's names and the client's registry."""
+        return shown(letter, self.redact, self.client.registry)
 
     def _queue(self, queue: str | None) -> str:
         return queue or self.client.default_queue
