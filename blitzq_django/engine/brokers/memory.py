@@ -18,6 +18,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..core import limits
 from ..core.deadletter import DeadLetter
 from ..core.record import Record
 from .base import DEAD, REQUEUE, RETRY, RUNNING, Delivery, Enqueue, Settlement
@@ -48,6 +49,8 @@ class MemoryBroker:
 
     def __init__(self, *, record_ttl: int = 86400, idempotency_ttl: int = 86400,
                  dead_letter_max: int = 100_000) -> None:
+        limits.check_all(record_ttl=record_ttl, idempotency_ttl=idempotency_ttl,
+                         dead_letter_max=dead_letter_max)
         self.record_ttl = record_ttl
         self.idempotency_ttl = idempotency_ttl
         self.dead_letter_max = dead_letter_max
@@ -271,7 +274,8 @@ class MemoryBroker:
         return out
 
     async def settle(self, consumer: str, settlements: Sequence[Settlement],
-                     now_ms: int) -> list[bool]:
+                     now_ms: int, token: str | None = None) -> list[bool]:
+        # Nothing is ever sent twice in-process: the token (see RedisBroker) is not needed.
         replies = []
         expires = time.monotonic() + self.record_ttl
         with self._lock:
@@ -344,6 +348,9 @@ class MemoryBroker:
 
     async def retire(self, queues: Sequence[str], consumer: str) -> None:
         return None
+
+    async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
+        return 0  # no consumer group in memory: nothing outlives its worker
 
     async def aclose(self) -> None:
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -15,17 +16,29 @@ from typing import Any
 
 import redis.asyncio
 
+from ..core import limits
 from ..core.record import Record
-from ..errors import BrokerError
+from ..errors import BrokerError, BrokerUnavailable
 from ..redis import ops
 from ..redis.keys import Keyspace
 from ..redis.ops import Op
-from ..redis.store import AsyncStore, SyncStore, client_options, mapped_errors
+from ..redis.store import (
+    AsyncStore,
+    SyncStore,
+    client_options,
+    dedicated_pool,
+    mapped_errors,
+    redact,
+    run_until,
+)
 from .base import Delivery, Enqueue, Settlement
 
 log = logging.getLogger("blitzq.broker")
 
 RESULT_POLL_S = 5.0  # safety net under pub/sub wake-ups: a lost notification costs this
+#: How far past its timeout a result wait may run: the last read of the record gets this
+#: long to answer before a silent Redis counts as unavailable.
+REPLY_GRACE_S = 0.25
 
 
 class RedisBroker:
@@ -42,6 +55,8 @@ class RedisBroker:
         redis_options: dict[str, Any] | None = None,
         sync_client: redis.Redis | None = None,
     ) -> None:
+        limits.check_all(record_ttl=record_ttl, idempotency_ttl=idempotency_ttl,
+                         dead_letter_max=dead_letter_max)
         self.url = url
         self.keys = Keyspace(namespace)
         self.record_ttl = record_ttl
@@ -130,23 +145,50 @@ class RedisBroker:
         return self.sync.run(ops.hget(self.keys.queue(queue).dead_letter_data, message_id))
 
     def wait_record(self, queue: str, message_id: str, timeout: float) -> Record | None:
-        """Wait for a final record: woken by pub/sub, re-checking after every wake-up."""
+        """Wait for a final record: woken by pub/sub, re-checking after every wake-up.
+
+        Returns by ``timeout`` + REPLY_GRACE_S even when Redis stalls: the wait runs on
+        connections of its own that never block past that deadline, and a reply that does
+        not come by then raises BrokerUnavailable.
+        """
         keys = self.keys.queue(queue)
-        deadline = time.monotonic() + timeout
+        get = ops.get(keys.record(message_id))
+        deadline = time.monotonic() + max(timeout, 0.0)
+        limit = deadline + REPLY_GRACE_S
+        pool = dedicated_pool(self.sync.client, limit - time.monotonic())
+        pubsub: redis.client.PubSub | None = None
+        connection = pool.make_connection()
         with mapped_errors(self.url):
-            pubsub = self.sync.client.pubsub(ignore_subscribe_messages=True)
             try:
-                pubsub.subscribe(keys.done_channel(message_id))
                 while True:
-                    record = self.get_record(queue, message_id)
+                    data = run_until(connection, get, limit)
+                    record = Record.from_bytes(data) if data else None
                     remaining = deadline - time.monotonic()
                     if (record is not None and record.is_final) or remaining <= 0:
                         return record
+                    if pubsub is None:
+                        # Subscribed only once waiting is needed. The first get_message below
+                        # takes the subscription's confirmation, so the next GET runs
+                        # subscribed: a record written from then on also wakes us up.
+                        pubsub = redis.client.PubSub(pool, ignore_subscribe_messages=True)
+                        pubsub.subscribe(keys.done_channel(message_id))
                     pubsub.get_message(timeout=min(remaining, RESULT_POLL_S))
             finally:
-                pubsub.close()
+                if pubsub is not None:
+                    pubsub.close()
+                connection.disconnect()
 
     async def await_record(self, queue: str, message_id: str, timeout: float) -> Record | None:
+        """As wait_record; one asyncio deadline bounds the whole wait."""
+        try:
+            async with asyncio.timeout(max(timeout, 0.0) + REPLY_GRACE_S):
+                return await self._await_record(queue, message_id, timeout)
+        except TimeoutError as exc:
+            raise BrokerUnavailable(f"Redis at {redact(self.url)} did not answer within "
+                                    f"{timeout + REPLY_GRACE_S:g} s") from exc
+
+    async def _await_record(self, queue: str, message_id: str,
+                            timeout: float) -> Record | None:
         keys = self.keys.queue(queue)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -245,7 +287,8 @@ class RedisBroker:
         return [Delivery(by_stream[s], entry_id, payload) for s, entry_id, payload in entries]
 
     async def settle(self, consumer: str, settlements: Sequence[Settlement],
-                     now_ms: int) -> list[bool]:
+                     now_ms: int, token: str | None = None) -> list[bool]:
+        token = token or os.urandom(8).hex()
         by_queue: dict[str, list[int]] = defaultdict(list)
         for i, s in enumerate(settlements):
             by_queue[s.delivery.queue].append(i)
@@ -258,7 +301,8 @@ class RedisBroker:
                 items.append((s.kind, s.delivery.entry_id, s.message_id, s.record,
                               int(s.notify), s.body, s.due_ms))
             batch.append(ops.complete(keys, consumer, items, record_ttl=self.record_ttl,
-                                      dead_letter_max=self.dead_letter_max, now_ms=now_ms))
+                                      dead_letter_max=self.dead_letter_max, now_ms=now_ms,
+                                      token=token))
         replies = await self.aio.run_many(batch)
         settled = [False] * len(settlements)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
@@ -287,6 +331,10 @@ class RedisBroker:
 
     async def retire(self, queues: Sequence[str], consumer: str) -> None:
         await self.aio.run_many([ops.retire(self.keys.queue(q), consumer) for q in queues])
+
+    async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
+        """Remove consumers that own nothing and were idle over min_idle_ms: dead workers'."""
+        return await self.aio.run(ops.prune(self.keys.queue(queue), min_idle_ms))
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -17,6 +17,10 @@ from .scripts import Script
 
 Arg = str | bytes | int | float
 
+#: How long a settle batch's reply is kept for a re-send of the same batch. Longer than
+#: any retry of one write; a batch re-sent later than this is refused as not owned.
+RECEIPT_TTL_S = 300
+
 
 class Op(NamedTuple):
     """One Redis operation. A NamedTuple: built on every enqueue, so it must be cheap."""
@@ -119,16 +123,21 @@ def complete(
     record_ttl: int,
     dead_letter_max: int,
     now_ms: int,
+    token: str,
 ) -> Op:
-    """Settle deliveries: items are (kind, entry id, message id, record, notify, body, due)."""
+    """Settle deliveries: items are (kind, entry id, message id, record, notify, body, due).
+
+    ``token`` names this batch: sent again with the same token, it answers as the first
+    time and changes nothing.
+    """
     return Op(
         script=scripts.COMPLETE,
         keys=(keys.stream, keys.schedule, keys.schedule_data, keys.dead_letters,
-              keys.dead_letter_data),
+              keys.dead_letter_data, keys.receipt(token)),
         args=(GROUP, consumer, record_ttl, dead_letter_max, now_ms, keys.record(""),
               # Old-style msgpack (no bin type): Redis's Lua cmsgpack cannot read bin.
               keys.done_channel(""), msgpack.packb(items, use_bin_type=False),
-              *_id_range([item[1] for item in items])),
+              *_id_range([item[1] for item in items]), RECEIPT_TTL_S),
         parse=lambda reply: [bool(r) for r in reply],
     )
 
@@ -176,6 +185,10 @@ def promote(keys: QueueKeys, now_ms: int, limit: int, mode: str = "s") -> Op:
 
 def retire(keys: QueueKeys, consumer: str) -> Op:
     return Op(script=scripts.RETIRE, keys=(keys.stream,), args=(GROUP, consumer), parse=bool)
+
+
+def prune(keys: QueueKeys, min_idle_ms: int) -> Op:
+    return Op(script=scripts.PRUNE, keys=(keys.stream,), args=(GROUP, min_idle_ms), parse=int)
 
 
 # -- dead letters -------------------------------------------------------------

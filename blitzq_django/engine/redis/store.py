@@ -9,13 +9,16 @@ without its password.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
@@ -47,12 +50,29 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
-def client_options(extra: dict[str, Any] | None = None, url: str = "") -> dict[str, Any]:
+#: Longest one Redis call waits for its reply (``redis_options`` may change it), so a
+#: stalled server or a black-holed network costs a caller this much, not forever. It must
+#: be longer than the longest command that blocks on purpose: the worker's XREADGROUP
+#: BLOCK (``block_timeout``, 1 s by default, a few seconds at most), else every idle
+#: fetch would fail as a timeout.
+SOCKET_TIMEOUT_S = 10.0
+
+
+def client_options(extra: dict[str, Any] | None = None, url: str = "", *,
+                   aio: bool = False) -> dict[str, Any]:
+    """Keyword arguments of a redis-py client: redis.asyncio's when ``aio``."""
+    # Retry connection errors only: a dropped idle connection (a Redis restart, a proxy's
+    # idle timeout) is reopened and the command sent again after a short backoff. Never a
+    # timeout: the command may have run (a re-sent XADD is a second message), and each
+    # retry would add another socket_timeout to the caller's wait.
+    retry_class = AsyncRetry if aio else Retry
     options: dict[str, Any] = {
         "health_check_interval": 30,
         "socket_connect_timeout": 5,
-        "retry": Retry(ExponentialBackoff(cap=1, base=0.05), retries=3),
-        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "retry": retry_class(ExponentialBackoff(cap=1, base=0.05), retries=3,
+                             supported_errors=(RedisConnectionError,)),
+        "retry_on_error": [RedisConnectionError],
     }
     if not url.startswith("unix:"):  # redis-py refuses TCP keepalive on unix sockets
         options["socket_keepalive"] = True
@@ -76,6 +96,25 @@ def mapped_errors(url: str) -> Iterator[None]:
         yield
     except REDIS_ERRORS as exc:
         raise mapped(exc, url) from exc
+
+
+def dedicated_pool(client: redis.Redis, seconds: float) -> redis.ConnectionPool:
+    """A pool of new connections set up like ``client``'s, none of which waits more than
+    ``seconds`` to connect or for a reply: for a wait that must end by a deadline."""
+    pool = client.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        kwargs[name] = min(kwargs.get(name) or seconds, seconds)
+    return redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+
+
+def run_until(connection: Any, op: Op, deadline: float) -> Any:
+    """A plain-command op on ``connection``; redis TimeoutError if no reply by ``deadline``
+    (time.monotonic()). The connection must be dropped after a timeout."""
+    connection.send_command(*op.command)
+    if not connection.can_read(timeout=max(deadline - time.monotonic(), 0.0)):
+        raise RedisTimeoutError(f"no reply to {op.command[0]} before the deadline")
+    return op.result(connection.read_response())
 
 
 def _queue(pipe: Any, op: Op) -> None:
@@ -147,25 +186,38 @@ class SyncStore:
 
 
 class AsyncStore:
-    def __init__(self, client: redis.asyncio.Redis, url: str = "") -> None:
+    """Runs ops on redis.asyncio. The socket timeout is applied here, once per call, not
+    by redis-py: redis.asyncio wraps every reply it reads (each command of a pipeline) in
+    a timeout of its own, which cost the worker over a tenth of its throughput. A call
+    cut off by it drops its connection (redis-py disconnects on cancellation)."""
+
+    def __init__(self, client: redis.asyncio.Redis, url: str = "",
+                 timeout: float | None = None) -> None:
         self.client = client
         self.url = url
+        self.timeout = timeout
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> AsyncStore:
-        return cls(redis.asyncio.Redis.from_url(url, **client_options(options, url)), url)
+        kwargs = client_options(options, url, aio=True)
+        timeout = kwargs.pop("socket_timeout", None)
+        return cls(redis.asyncio.Redis.from_url(url, **kwargs), url, timeout)
 
     async def run(self, op: Op) -> Any:
         # try/except rather than `with mapped_errors`: this is every enqueue's path.
+        # (asyncio's TimeoutError is an OSError: it maps to BrokerUnavailable.)
         try:
-            if op.script is None:
-                return op.result(await self.client.execute_command(*op.command))
-            try:
-                reply = await self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
-            except NoScriptError:
-                await self.client.script_load(op.script.source)
-                reply = await self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
-            return op.result(reply)
+            async with asyncio.timeout(self.timeout):
+                if op.script is None:
+                    return op.result(await self.client.execute_command(*op.command))
+                try:
+                    reply = await self.client.evalsha(op.script.sha, len(op.keys), *op.keys,
+                                                      *op.args)
+                except NoScriptError:
+                    await self.client.script_load(op.script.source)
+                    reply = await self.client.evalsha(op.script.sha, len(op.keys), *op.keys,
+                                                      *op.args)
+                return op.result(reply)
         except REDIS_ERRORS as exc:
             raise mapped(exc, self.url) from exc
 
@@ -173,15 +225,19 @@ class AsyncStore:
         if not ops:
             return []
         with mapped_errors(self.url):
-            replies = await self._pipeline(ops)
-            missing = _unrun(ops, replies)
-            if missing:
-                for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
-                    await self.client.script_load(script)
-                again = await self._pipeline([ops[i] for i in missing])
-                for i, reply in zip(missing, again, strict=True):
-                    replies[i] = reply
-            return _finish(ops, replies)
+            async with asyncio.timeout(self.timeout):
+                return await self._run_many(ops)
+
+    async def _run_many(self, ops: Sequence[Op]) -> list[Any]:
+        replies = await self._pipeline(ops)
+        missing = _unrun(ops, replies)
+        if missing:
+            for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
+                await self.client.script_load(script)
+            again = await self._pipeline([ops[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return _finish(ops, replies)
 
     async def _pipeline(self, ops: Sequence[Op]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
