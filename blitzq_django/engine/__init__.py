@@ -21,6 +21,7 @@ from .errors import (
     MessageError,
     MessageTooLarge,
     ResultTimeout,
+    ResultTooLarge,
     Retry,
     TaskNotRegistered,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Client",
     "ConfigurationError", "DeadLetter", "MemoryBroker", "Message", "MessageDecodeError",
     "MessageEncodeError", "MessageError", "MessageTooLarge", "Record", "RedisBroker",
-    "ResultTimeout", "Retry", "RetryPolicy", "Task", "TaskContext", "TaskFailed", "TaskHandle",
+    "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task", "TaskContext",
+    "TaskFailed", "TaskHandle",
     "TaskNotRegistered", "TaskRegistry", "TaskSpec", "Worker", "WorkerConfig", "current_task",
 ]

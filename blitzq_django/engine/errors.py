@@ -10,6 +10,7 @@
     │   └── MessageDecodeError    bytes from the broker that are not a message
     ├── BrokerError               the broker failed to do what was asked
     │   └── BrokerUnavailable     cannot reach Redis (names the URL, never the password)
+    ├── ResultTooLarge            (also a ValueError) a task result over max_result_size
     ├── TaskNotRegistered         a task name with no registered function
     └── ResultTimeout             (also a TimeoutError) get_result gave up waiting
 
@@ -19,6 +20,13 @@ Control flow, raised by task code rather than by the engine:
 """
 
 from __future__ import annotations
+
+import math
+
+#: The longest delay, timeout or backoff anything may ask for (ten years): past it a due
+#: time stops being a plan and starts overflowing where Redis and msgpack keep it.
+MAX_SECONDS = 10 * 365 * 86_400
+MAX_RETRY_DELAY_S = MAX_SECONDS
 
 
 class BlitzqError(Exception):
@@ -53,6 +61,10 @@ class BrokerUnavailable(BrokerError):
     pass
 
 
+class ResultTooLarge(BlitzqError, ValueError):
+    pass
+
+
 class TaskNotRegistered(BlitzqError, LookupError):
     pass
 
@@ -69,6 +81,14 @@ class Retry(Exception):  # noqa: N818 - reads as "raise Retry(...)"
     """
 
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
+                                  or not math.isfinite(delay)
+                                  or delay > MAX_RETRY_DELAY_S):
+            # Refused here, in the task, so the attempt fails with this message instead of
+            # leaving a due time nothing can store. (A negative delay means "now".)
+            raise ValueError(f"Retry(delay={delay!r}): delay must be a finite number of "
+                             f"seconds up to {MAX_RETRY_DELAY_S} (or None for the task's "
+                             "backoff)")
         super().__init__(reason or "retry requested")
         self.delay = delay
         self.reason = reason

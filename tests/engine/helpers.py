@@ -34,7 +34,7 @@ async def arun_burst(client: Client, close_broker: bool = False, **options: Any)
         return await asyncio.wait_for(worker.run(close_broker=close_broker), BURST_LIMIT_S)
     except TimeoutError:
         raise AssertionError(f"a burst worker did not return within {BURST_LIMIT_S} s "
-                             f"(active: {len(worker._active)})") from None
+                             f"(active: {len(worker.inflight)})") from None
 
 
 @contextlib.asynccontextmanager

@@ -11,6 +11,8 @@ import redis
 
 from blitzq_django.engine import Client, MemoryBroker, RedisBroker, current_task
 from blitzq_django.engine.core import record as states
+from blitzq_django.engine.core.deadletter import DeadLetter
+from blitzq_django.engine.worker.outcome import KEPT_PAYLOAD_BYTES
 
 from .helpers import background_worker, dead_letter_ids, ready_message_ids, run_burst
 
@@ -151,9 +153,15 @@ def test_message_over_the_workers_size_limit_is_dead_lettered(broker: Any) -> No
     small = producer.enqueue(producer.registry.get("t"), (b"x" * 10,))
     run_burst(consumer)
     assert small.result(timeout=5) == 10
-    letter = consumer.broker.dead_letter("default", big.id)
-    assert letter is not None  # malformed for this worker, kept whole for a bigger one
+    raw = consumer.broker.dead_letter("default", big.id)
+    assert raw is not None
     assert dead_letter_ids(broker, "default") == [big.id]
+    # Only its start is kept (with its size): enough to see what it was.
+    letter = DeadLetter.from_bytes(raw)
+    assert letter.truncated and letter.payload_size is not None
+    assert letter.payload_size > 200_000
+    assert len(letter.payload) == KEPT_PAYLOAD_BYTES
+    assert "over max_message_size" in (letter.error_message or "")
 
 
 @pytest.mark.asyncio

@@ -19,7 +19,7 @@ from blitzq_django.engine import (
 )
 from blitzq_django.engine.core import record as states
 
-from ..support.redis_server import free_port
+from ..support.redis_server import RedisServer, free_port, redis_server_binary
 from ..support.waiting import await_until, wait_until
 from .helpers import FAST, background_worker, pending_count, ready_message_ids, run_burst
 
@@ -62,7 +62,7 @@ async def test_graceful_stop_loses_nothing(client: Client) -> None:
         ids.append(hang.enqueue(i).id)
         ids.append(busy.enqueue(i).id)
     async with background_worker(client, concurrency=20, shutdown_timeout=0.5) as worker:
-        await await_until(lambda: len(worker._active) == 12, 5, message="12 running attempts")
+        await await_until(lambda: len(worker.inflight) == 12, 5, message="12 running attempts")
         worker.stop()
         release.set()
     assert_nothing_lost(client, ids)
@@ -82,7 +82,7 @@ async def test_stop_with_every_slot_busy_returns(client: Client) -> None:
     # concurrency 4: the fetch loop waits for a free slot when stop() is called.
     async with background_worker(client, concurrency=4, shutdown_timeout=0.3,
                                  stop_within=5) as worker:
-        await await_until(lambda: worker._running == 4, 5, message="4 running attempts")
+        await await_until(lambda: worker.inflight.running == 4, 5, message="4 running attempts")
     assert_nothing_lost(client, ids)
     assert len(ready_message_ids(client.broker, "default")) == 10
 
@@ -259,12 +259,28 @@ async def test_broker_unavailable_on_aenqueue(unreachable: tuple[Client, int]) -
 
 
 @pytest.mark.asyncio
-async def test_worker_start_with_redis_down_raises_broker_unavailable(
-        unreachable: tuple[Client, int]) -> None:
+async def test_worker_started_before_redis_waits_for_it(
+        unreachable: tuple[Client, int], caplog: pytest.LogCaptureFixture) -> None:
+    # A service started before its Redis must come up, not exit: it retries with a
+    # capped backoff, a log line per attempt (never the password), then serves.
+    if redis_server_binary() is None:
+        pytest.skip("needs a redis-server binary to start on the port later")
     client, port = unreachable
-    with pytest.raises(BrokerUnavailable) as caught:
-        await asyncio.wait_for(Worker(client, burst=True, **FAST).run(), 10)
-    assert_redacted(caught.value, port)
+    running = asyncio.create_task(Worker(client, burst=True, **FAST).run())
+    await await_until(lambda: caplog.text.count("cannot reach Redis (attempt") >= 2 or
+                      running.done(), 10, message="two logged attempts")
+    assert not running.done(), "the worker gave up instead of waiting for Redis"
+    assert "secret" not in caplog.text
+    server = RedisServer(port=port).start()
+    try:
+        handle = client.enqueue(client.registry.get("t"))
+        stats = await asyncio.wait_for(running, 30)
+        assert stats.succeeded == 1
+        assert handle.result(timeout=5) is None
+    finally:
+        client.broker.close()
+        await client.broker.aclose()  # type: ignore[attr-defined]
+        server.stop()
 
 
 def test_ping_reaches_a_live_server(redis_broker: RedisBroker) -> None:

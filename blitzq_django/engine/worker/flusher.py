@@ -4,17 +4,21 @@ Attempts hand their settlement over and go on; one flusher writes whatever has
 accumulated while its previous write was in flight, many settlements per round
 trip, each atomic on its own (ack + record + notification, or ack + retry, or
 ack + dead letter).
+
+Every settlement handed over ends in exactly one report to ``on_settled``:
+written (True), refused because the lease is lost (False), or given up (None).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 
 from ..brokers.base import Broker, Settlement
-from ..errors import BlitzqError, BrokerUnavailable
+from ..errors import BrokerUnavailable
 
 log = logging.getLogger("blitzq.worker")
 
@@ -22,16 +26,23 @@ MAX_PER_WRITE = 1000
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0
 MAX_REFUSALS = 5
 
+#: Called with a settlement Redis keeps refusing and the error; returns the settlement to
+#: write instead (a plain dead letter), or None to give the delivery up.
+Fallback = Callable[[Settlement, BaseException], Settlement | None]
+
 
 class Flusher:
     def __init__(self, broker: Broker, consumer: str,
-                 on_settled: Callable[[Settlement, bool | None], None]) -> None:
+                 on_settled: Callable[[Settlement, bool | None], None],
+                 fallback: Fallback | None = None) -> None:
         self._broker = broker
         self._consumer = consumer
         self._on_settled = on_settled
+        self._fallback = fallback
         self._buffer: list[Settlement] = []
         self._ready = asyncio.Event()
         self._closing = False
+        self._writing = 0  # settlements taken from the buffer, not yet reported
 
     def add(self, settlement: Settlement) -> None:
         self._buffer.append(settlement)
@@ -39,12 +50,10 @@ class Flusher:
 
     @property
     def backlog(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) + self._writing
 
     async def run(self) -> None:
         """Write until closed and empty. Never drops a settlement on a Redis error."""
-        backoff = BACKOFF_MIN_S
-        refusals = 0
         while True:
             if not self._buffer:
                 if self._closing:
@@ -53,33 +62,80 @@ class Flusher:
                 await self._ready.wait()
                 continue
             batch = self._buffer[:MAX_PER_WRITE]
+            del self._buffer[:len(batch)]
+            self._writing = len(batch)
             try:
-                settled = await self._broker.settle(self._consumer, batch, int(time.time() * 1000))
-            except (BlitzqError, OSError) as exc:
-                # Redis unreachable: retry for as long as it takes. Redis refusing the write
-                # (a key of the wrong type, say) will not heal: give the batch up after a few
-                # tries; its messages stay pending and are redelivered after the lease expires.
-                if not isinstance(exc, BrokerUnavailable | OSError):
-                    refusals += 1
-                    if refusals >= MAX_REFUSALS:
-                        log.error("Redis refused %d settlements %d times, giving them up "
-                                  "(redelivered after visibility_timeout): %s",
-                                  len(batch), refusals, exc)
-                        del self._buffer[:len(batch)]
-                        for settlement in batch:
-                            self._on_settled(settlement, None)
-                        refusals = 0
-                        continue
+                await self._write(batch)
+            finally:
+                self._writing = 0
+
+    async def _write(self, batch: list[Settlement]) -> None:
+        # One token per batch, kept across its retries: a batch that Redis applied but
+        # whose reply was lost is answered from its receipt instead of run again.
+        token = os.urandom(8).hex()
+        backoff = BACKOFF_MIN_S
+        refusals = 0
+        while True:
+            try:
+                settled = await self._broker.settle(self._consumer, batch,
+                                                    int(time.time() * 1000), token)
+            except (BrokerUnavailable, OSError) as exc:
+                # Unreachable: retry for as long as it takes (the leases are renewed meanwhile).
                 log.warning("writing %d settlements failed, retrying in %.2fs: %s",
                             len(batch), backoff, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
-            backoff = BACKOFF_MIN_S
-            refusals = 0
-            del self._buffer[:len(batch)]
+            except Exception as exc:  # noqa: BLE001 - refused by Redis, or not even encodable
+                if len(batch) > 1:
+                    # One bad settlement must not hold back the others: write them one by one.
+                    log.warning("Redis refused a batch of %d settlements (%s); writing them "
+                                "one by one", len(batch), exc)
+                    for settlement in batch:
+                        await self._write([settlement])
+                    return
+                refusals += 1
+                if refusals < MAX_REFUSALS:
+                    log.warning("Redis refused a settlement of message %r, retrying in %.2fs: "
+                                "%s", batch[0].message_id, backoff, exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    continue
+                instead = self._fallback(batch[0], exc) if self._fallback else None
+                if instead is not None and instead != batch[0]:
+                    log.error("Redis refused the settlement of message %r %d times (%s): "
+                              "dead-lettering it instead", batch[0].message_id, refusals, exc)
+                    if await self._write_instead(instead):
+                        return
+                log.error("Redis refused the settlement of message %r %d times, giving it up "
+                          "(redelivered after visibility_timeout): %s", batch[0].message_id,
+                          refusals, exc)
+                self._report(batch[0], None)
+                return
+            on_settled = self._on_settled
             for settlement, ok in zip(batch, settled, strict=True):
-                self._on_settled(settlement, ok)
+                try:  # _report(), inlined: this loop runs for every message
+                    on_settled(settlement, ok)
+                except Exception:
+                    log.exception("handling the settlement of message %r failed",
+                                  settlement.message_id)
+            return
+
+    async def _write_instead(self, instead: Settlement) -> bool:
+        """Write the fallback (with the usual retries, but no fallback of its own)."""
+        reports: list[bool | None] = []
+        inner = Flusher(self._broker, self._consumer, lambda _s, ok: reports.append(ok))
+        await inner._write([instead])
+        if reports and reports[0] is not None:
+            self._report(instead, reports[0])
+            return True
+        return False
+
+    def _report(self, settlement: Settlement, ok: bool | None) -> None:
+        try:
+            self._on_settled(settlement, ok)
+        except Exception:  # the flusher outlives a failing callback: others wait behind it
+            log.exception("handling the settlement of message %r failed", settlement.message_id)
 
     def close(self) -> None:
         """Finish what is buffered, then stop."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import traceback as tb
 from dataclasses import dataclass
 from typing import Any
@@ -10,9 +11,14 @@ from ..brokers.base import DEAD, DONE, REQUEUE, RETRY, RUNNING, Delivery, Settle
 from ..core import deadletter as reasons
 from ..core import record as states
 from ..core.deadletter import DeadLetter, malformed_id
-from ..core.message import Message, encode
-from ..core.record import Record, encode_success
+from ..core.message import DEFAULT_MAX_MESSAGE_SIZE, Message, encode
+from ..core.record import DEFAULT_MAX_RESULT_SIZE, Record, encode_success
 from ..core.task import TaskSpec
+from ..errors import MAX_RETRY_DELAY_S, ResultTooLarge
+
+#: A dead letter keeps at most this much of an entry too large to be a message: enough
+#: to see what it was, not enough to fill Redis with what was refused for its size.
+KEPT_PAYLOAD_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +28,44 @@ class Policy:
     store_results: bool
     track_state: bool
     worker: str
+    max_result_size: int = DEFAULT_MAX_RESULT_SIZE
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+
+
+def describe(error: BaseException) -> str:
+    """``str(error)``, or a stand-in when even that fails: settling must never raise."""
+    try:
+        text = str(error)
+        if isinstance(text, str):
+            return text
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        pass
+    try:
+        return f"<unprintable {_type_name(error)}: {object.__repr__(error)}>"
+    except Exception:  # noqa: BLE001
+        return "<unprintable exception>"
+
+
+def _type_name(error: BaseException) -> str:
+    try:
+        return str(type(error).__qualname__)
+    except Exception:  # noqa: BLE001 - a class with a hostile metaclass
+        return "BaseException"
+
+
+def _trace(error: BaseException) -> str:
+    try:
+        return "".join(tb.format_exception(error))
+    except Exception:  # noqa: BLE001
+        return f"{_type_name(error)}: {describe(error)} (traceback could not be formatted)"
+
+
+def _due(finished_ms: int, delay: float) -> int:
+    # A Retry(delay=) or a backoff that is not a sane number still gets a due time Redis
+    # and msgpack accept: the longest delay allowed.
+    if not (isinstance(delay, int | float) and math.isfinite(delay)):
+        delay = MAX_RETRY_DELAY_S
+    return finished_ms + int(min(max(delay, 0.0), MAX_RETRY_DELAY_S) * 1000)
 
 
 def _store(spec: TaskSpec | None, policy: Policy) -> bool:
@@ -38,7 +82,12 @@ def succeeded(delivery: Delivery, message: Message, spec: TaskSpec, value: Any,
         data = encode_success(message.id, message.task, message.queue, message.attempt, value,
                               message.created_ms, started_ms, finished_ms, policy.worker)
     except (TypeError, ValueError, OverflowError) as exc:
-        error = TypeError(f"task result of type {type(value).__qualname__} cannot be stored: {exc}")
+        error: BaseException = TypeError(
+            f"task result of type {type(value).__qualname__} cannot be stored: {describe(exc)}")
+        return failed(delivery, message, spec, error, started_ms, finished_ms, policy, retry=False)
+    if len(data) > policy.max_result_size:
+        error = ResultTooLarge(f"task result is {len(data)} bytes encoded, over max_result_size "
+                               f"({policy.max_result_size} bytes)")
         return failed(delivery, message, spec, error, started_ms, finished_ms, policy, retry=False)
     return Settlement(delivery, DONE, message.id, data, True, state=states.SUCCEEDED)
 
@@ -46,10 +95,10 @@ def succeeded(delivery: Delivery, message: Message, spec: TaskSpec, value: Any,
 def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseException,
            started_ms: int, finished_ms: int, policy: Policy, retry: bool = True) -> Settlement:
     retry_policy = spec.retry.with_overrides(message.policy)
-    trace = "".join(tb.format_exception(error))
+    trace = _trace(error)
     store = _store(spec, policy) or policy.track_state
     if retry and retry_policy.should_retry(message.attempt, error):
-        due = finished_ms + int(retry_policy.delay_for(message.attempt, error) * 1000)
+        due = _due(finished_ms, retry_policy.delay_for(message.attempt, error))
         failure = _error_record(message, states.RETRYING, error, trace, started_ms, finished_ms,
                                 policy)
         record = failure.to_bytes() if policy.track_state else b""
@@ -66,7 +115,7 @@ def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseExce
     letter = DeadLetter(id=message.id, queue=message.queue, task=message.task, reason=reason,
                         payload=delivery.payload or b"", attempt=message.attempt,
                         delivery_count=delivery.delivery_count,
-                        error_type=type(error).__qualname__, error_message=str(error),
+                        error_type=_type_name(error), error_message=describe(error),
                         traceback=trace, dead_ms=finished_ms)
     failure = _error_record(message, states.DEAD_LETTERED, error, trace, started_ms, finished_ms,
                             policy, reason)
@@ -79,8 +128,8 @@ def _error_record(message: Message, state: str, error: BaseException, trace: str
                   started_ms: int, finished_ms: int, policy: Policy,
                   reason: str | None = None) -> Record:
     return Record(id=message.id, task=message.task, queue=message.queue, state=state,
-                  attempt=message.attempt, error_type=type(error).__qualname__,
-                  error_message=str(error), traceback=trace, reason=reason,
+                  attempt=message.attempt, error_type=_type_name(error),
+                  error_message=describe(error), traceback=trace, reason=reason,
                   created_ms=message.created_ms, started_ms=started_ms,
                   finished_ms=finished_ms, worker=policy.worker)
 
@@ -88,10 +137,14 @@ def _error_record(message: Message, state: str, error: BaseException, trace: str
 def rejected(delivery: Delivery, reason: str, now_ms: int, policy: Policy,
              message: Message | None = None, detail: str = "") -> Settlement:
     """Dead-letter a delivery that never ran: malformed, unknown task, too many deliveries."""
-    message_id = message.id if message else malformed_id(delivery.payload, delivery.entry_id)
+    payload = delivery.payload or b""
+    size = None
+    if len(payload) > policy.max_message_size:
+        payload, size = payload[:KEPT_PAYLOAD_BYTES], len(payload)
+    message_id = message.id if message else malformed_id(payload, delivery.entry_id)
     letter = DeadLetter(id=message_id, queue=delivery.queue,
                         task=message.task if message else None, reason=reason,
-                        payload=delivery.payload or b"",
+                        payload=payload, payload_size=size,
                         attempt=message.attempt if message else 0,
                         delivery_count=delivery.delivery_count, error_message=detail or reason,
                         dead_ms=now_ms)
@@ -124,3 +177,11 @@ def requeued(delivery: Delivery, message: Message | None, policy: Policy) -> Set
                         created_ms=message.created_ms).to_bytes()
     return Settlement(delivery, REQUEUE, message.id, record, body=delivery.payload or b"",
                       state=states.QUEUED)
+
+
+def unsettleable(delivery: Delivery, message: Message | None, detail: str, now_ms: int,
+                 policy: Policy) -> Settlement:
+    """The last resort when the real settlement could not be built or was refused: a dead
+    letter made of plain strings, so the message still ends somewhere and is not lost."""
+    return rejected(delivery, reasons.UNSETTLEABLE, now_ms, policy, message,
+                    f"{reasons.UNSETTLEABLE}: {detail}")

@@ -10,7 +10,7 @@
 -- another worker) changes nothing: a stale worker cannot ack another's delivery.
 --
 -- KEYS[1] stream  KEYS[2] schedule  KEYS[3] schedule data  KEYS[4] dead letters
--- KEYS[5] dead letter data
+-- KEYS[5] dead letter data  KEYS[6] this batch's receipt
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] record ttl s  ARGV[4] dead_letter_max
 -- ARGV[5] now ms  ARGV[6] record key prefix  ARGV[7] notification channel prefix
 -- ARGV[8] msgpack array of items, each an array:
@@ -21,10 +21,29 @@
 -- worker's biggest per-message cost.) Record keys and channels are prefix .. id;
 -- the prefixes carry the queue's hash tag, so every key stays in this slot.
 -- ARGV[9] lowest and ARGV[10] highest entry id of the batch
+-- ARGV[11] seconds the receipt is kept
 -- Ownership is read once per batch (the consumer's pending entries in that id range)
 -- and acks and deletes go in one XACK and one XDEL: per-message commands were the
 -- settle script's main cost.
 -- Reply: one integer per item: 1 settled, 0 not owned (nothing written).
+--
+-- The receipt (KEYS[6]) keeps that reply for a while. A batch sent again (redis-py
+-- after a dropped connection, the flusher after an error it could not see through)
+-- gets the first run's reply back and changes nothing: without it, the second run
+-- found its own acks and reported "not owned", a false lease loss.
+-- Lists are unpacked in chunks: Lua's unpack() fails beyond a few thousand values.
+local receipt = redis.call("GET", KEYS[6])
+if receipt then
+  local replies = {}
+  for i = 1, #receipt do replies[i] = string.byte(receipt, i) - 48 end
+  return replies
+end
+local CHUNK = 1000
+local function each_chunk(list, call)
+  for first = 1, #list, CHUNK do
+    call(unpack(list, first, math.min(first + CHUNK - 1, #list)))
+  end
+end
 local group, consumer, ttl = ARGV[1], ARGV[2], ARGV[3]
 local dlq_max, now = tonumber(ARGV[4]), ARGV[5]
 local record_prefix, channel_prefix = ARGV[6], ARGV[7]
@@ -63,7 +82,7 @@ for i, item in ipairs(items) do
       if excess > 0 then
         local oldest = redis.call("ZRANGE", KEYS[4], 0, excess - 1)
         redis.call("ZREMRANGEBYRANK", KEYS[4], 0, excess - 1)
-        redis.call("HDEL", KEYS[5], unpack(oldest))
+        each_chunk(oldest, function(...) redis.call("HDEL", KEYS[5], ...) end)
       end
     end
     if record ~= "" then
@@ -75,8 +94,9 @@ for i, item in ipairs(items) do
     replies[i] = 1
   end
 end
-if #acks > 0 then
-  redis.call("XACK", KEYS[1], group, unpack(acks))
-  redis.call("XDEL", KEYS[1], unpack(acks))
-end
+each_chunk(acks, function(...)
+  redis.call("XACK", KEYS[1], group, ...)
+  redis.call("XDEL", KEYS[1], ...)
+end)
+redis.call("SET", KEYS[6], table.concat(replies), "EX", ARGV[11])
 return replies

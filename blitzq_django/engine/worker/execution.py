@@ -1,0 +1,214 @@
+"""Execution: run attempts in the slots, and turn each into its settlement.
+
+`async def` tasks run on the event loop (started eagerly on 3.12+), `def` tasks on
+a bounded thread pool. Whatever an attempt does, ``_conclude`` hands exactly one
+settlement over and gives the slot back (in a ``finally``): an outcome that
+cannot be built becomes a dead letter made of safe strings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from ..context import TaskContext, _current
+from . import outcome
+from .inflight import RUNNING, Held
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+log = logging.getLogger("blitzq.worker")
+
+
+if sys.version_info >= (3, 12):
+    def _start_task(coro: Any) -> asyncio.Task[Any]:
+        # Eager: a task that never awaits anything finishes without a loop round trip.
+        return asyncio.Task(coro, loop=asyncio.get_running_loop(), eager_start=True)
+else:
+    def _start_task(coro: Any) -> asyncio.Task[Any]:
+        return asyncio.get_running_loop().create_task(coro)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Executor:
+    def __init__(self, worker: Worker, pool: ThreadPoolExecutor) -> None:
+        self._worker = worker
+        self._inflight = worker.inflight
+        self._policy = worker.policy
+        self._pool = pool
+        self._hooks = worker.around_sync_call
+        self._name = worker.name
+        self._lease_s = worker.config.visibility_timeout
+        self._settle = worker.settle
+        self._threads_running = 0  # counted in the threads: no loop runs after shutdown
+        self._threads_lock = threading.Lock()
+
+    @property
+    def threads_running(self) -> int:
+        return self._threads_running
+
+    # -- slots -----------------------------------------------------------------
+
+    def offer(self, held: Held, first: bool = False) -> None:
+        """A decoded delivery: run it now if a slot is free, else it waits (first: ahead
+        of every other waiting one, as a recovered orphan does)."""
+        inflight = self._inflight
+        if inflight.running < inflight.concurrency and not (first or inflight.ready):
+            held.state = RUNNING  # inflight.start(), inlined: it is not in the ready line
+            inflight.running += 1
+            self._launch(held)
+            return
+        inflight.wait_for_slot(held, first)
+        self.fill_slots()
+
+    def fill_slots(self) -> None:
+        """Start waiting deliveries while slots are free."""
+        worker = self._worker
+        if worker.stopping:
+            return
+        inflight = self._inflight
+        while inflight.running < inflight.concurrency:
+            held = inflight.next_ready()
+            if held is None:
+                return
+            if time.monotonic() - held.since > self._lease_s:
+                # Held so long (a paused process, a stalled loop) that its lease may be gone
+                # to another worker: confirm it first rather than run it twice.
+                worker.leases.renew_soon()
+                return
+            inflight.start(held)
+            self._launch(held)
+
+    # -- running ---------------------------------------------------------------
+
+    def _launch(self, held: Held) -> None:
+        """Run the attempt of ``held``, which already took its slot."""
+        message, spec, delivery = held.message, held.spec, held.delivery
+        worker = self._name
+
+        def context() -> TaskContext:
+            return TaskContext(id=message.id, name=spec.name, queue=message.queue,
+                               attempt=message.attempt,
+                               max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
+                               delivery_count=delivery.delivery_count, worker=worker)
+
+        timeout = message.timeout or spec.timeout
+        if self._policy.track_state:
+            self._worker.flusher.add(outcome.running(delivery, message, now_ms(), self._policy))
+        if spec.is_async:
+            runner = _start_task(self._run_async(held, context, timeout))
+            if not runner.done():  # an eager runner that never suspended is already settled
+                held.runner = runner
+        else:
+            self._run_thread(held, context, timeout)
+
+    async def _run_async(self, held: Held, context: Callable[[], TaskContext],
+                         timeout: float | None) -> None:
+        message, spec = held.message, held.spec
+        started = now_ms()
+        token = _current.set(context)
+        error: BaseException | None = None
+        value: Any = None
+        try:
+            if timeout is None:
+                value = await spec.func(*message.args, **message.kwargs)
+            else:
+                began = time.monotonic()
+                async with asyncio.timeout(timeout) as deadline:
+                    value = await spec.func(*message.args, **message.kwargs)
+                if deadline.expired() or time.monotonic() - began > timeout:
+                    # It swallowed the cancellation, or blocked the loop past the deadline.
+                    raise TimeoutError(f"task exceeded its timeout of {timeout} s")
+        except asyncio.CancelledError:
+            if not self._worker.stopping:
+                raise
+            # Cancelled by a shutdown past its deadline: back on the queue for another worker.
+            self._conclude_requeued(held)
+            return
+        except BaseException as exc:  # SystemExit from task code fails the attempt, not the worker
+            error = exc
+        finally:
+            _current.reset(token)
+            held.runner = None
+        self._conclude(held, error, value, started)
+
+    def _run_thread(self, held: Held, context: Callable[[], TaskContext],
+                    timeout: float | None) -> None:
+        message, spec = held.message, held.spec
+        times = [0, 0.0]  # started ms, and monotonic start: set in the thread, when it runs
+        hooks = self._hooks
+        lock = self._threads_lock
+        with lock:
+            self._threads_running += 1
+
+        def call() -> Any:
+            try:
+                times[0], times[1] = now_ms(), time.monotonic()
+                token = _current.set(context)
+                try:
+                    for hook in hooks:
+                        hook()
+                    return spec.func(*message.args, **message.kwargs)
+                finally:
+                    for hook in hooks:
+                        hook()
+                    _current.reset(token)
+            finally:
+                with lock:
+                    self._threads_running -= 1
+
+        def done(future: Any) -> None:
+            error = future.exception()
+            if timeout and times[1] and time.monotonic() - times[1] > timeout:
+                # The thread kept its slot until it returned; the attempt still failed.
+                error = TimeoutError(f"task exceeded its timeout of {timeout} s")
+            self._conclude(held, error, None if error else future.result(), times[0] or now_ms())
+
+        asyncio.get_running_loop().run_in_executor(self._pool, call).add_done_callback(done)
+
+    # -- concluding ------------------------------------------------------------
+
+    def _conclude(self, held: Held, error: BaseException | None, value: Any,
+                  started: int) -> None:
+        """Hand over the attempt's settlement and give its slot back, whatever happens."""
+        if held.state is not RUNNING:
+            return  # requeued at shutdown while its thread ran on: the outcome is not ours
+        try:
+            policy, message = self._policy, held.message
+            finished = now_ms()
+            try:
+                if error is None:
+                    settlement = outcome.succeeded(held.delivery, message, held.spec, value,
+                                                   started, finished, policy)
+                else:
+                    settlement = outcome.failed(held.delivery, message, held.spec, error,
+                                                started, finished, policy)
+            except Exception as exc:  # noqa: BLE001 - settling must be total
+                detail = f"{type(exc).__name__}: {outcome.describe(exc)}"
+                log.error("the outcome of message %r could not be built (%r): dead-lettering it",
+                          message.id, detail)
+                settlement = outcome.unsettleable(held.delivery, message, detail, finished,
+                                                  policy)
+            self._settle(held, settlement)
+        finally:
+            if held.state is RUNNING:  # settle() failed before taking it: never leak the slot
+                self._inflight.settling(held)
+            if self._inflight.ready:
+                self.fill_slots()
+
+    def _conclude_requeued(self, held: Held) -> None:
+        try:
+            self._worker.settle(held, outcome.requeued(held.delivery, held.message, self._policy))
+        finally:
+            if held.state is RUNNING:
+                self._inflight.settling(held)

@@ -1,0 +1,147 @@
+"""Fetching: read deliveries into the in-flight table, and admit each one.
+
+Admission decodes the message (large ones on a thread, so one huge message
+cannot stall the loop), finds its task, and either offers it to a slot or
+dead-letters it (malformed, unknown task, too many deliveries). Recovery admits
+its claims the same way, ahead of everything fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ..brokers.base import Delivery
+from ..core import deadletter as reasons
+from ..core.message import Message, decode
+from ..errors import BlitzqError, MessageDecodeError
+from . import outcome
+from .execution import now_ms
+from .inflight import PREFETCHED, Held
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+log = logging.getLogger("blitzq.worker")
+
+FETCH_BACKOFF_MIN_S, FETCH_BACKOFF_MAX_S = 0.1, 5.0
+#: Messages larger than this are decoded on a thread: decoding a few MiB takes long
+#: enough to delay every other attempt on the loop.
+DECODE_ON_THREAD_BYTES = 256 * 1024
+
+
+class Intake:
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+        self._inflight = worker.inflight
+        self._client = worker.client
+        self._max_deliveries = worker.config.max_deliveries
+        self._decoding: set[asyncio.Future[None]] = set()
+        # Bound once: admit() runs for every message.
+        self._hold = worker.inflight.admit
+        self._find = worker.client.registry.find
+        self._offer = worker.executor.offer
+        self._stopping = worker.stopping_event
+
+    async def fetch_loop(self) -> None:
+        worker, cfg, inflight = self._worker, self._worker.config, self._inflight
+        block_ms = int((0.05 if cfg.burst else cfg.block_timeout) * 1000)
+        backoff = FETCH_BACKOFF_MIN_S
+        quiet = 0
+        while not worker.stopping:
+            free = cfg.prefetch_count - len(inflight)
+            if free <= 0:
+                await worker.wait_for_room()
+                continue
+            try:
+                deliveries = await worker.broker.fetch(worker.queues, worker.name,
+                                                       min(free, cfg.batch_size), block_ms)
+            except (BlitzqError, OSError) as exc:
+                log.warning("fetch failed, retrying in %.1fs: %s", backoff, exc)
+                await worker.sleep(backoff)
+                backoff = min(backoff * 2, FETCH_BACKOFF_MAX_S)
+                continue
+            backoff = FETCH_BACKOFF_MIN_S
+            for delivery in deliveries:
+                self.admit(delivery)
+            if cfg.burst:
+                # Done when idle twice in a row: another promoter may have moved a message
+                # onto the queue between our empty fetch and our own promotion.
+                idle = (not deliveries and not len(inflight) and not self._decoding
+                        and await worker.nothing_due())
+                quiet = quiet + 1 if idle else 0
+                if quiet >= 2:
+                    return
+
+    def admit(self, delivery: Delivery, first: bool = False) -> bool:
+        """Take one delivery; False when this worker already holds that entry."""
+        held = self._hold(delivery, time.monotonic())
+        if held is None:
+            return False
+        if self._stopping.is_set():
+            # Fetched or claimed as we were stopping: hand it straight back.
+            worker = self._worker
+            worker.settle(held, outcome.requeued(delivery, None, worker.policy))
+            return True
+        payload = delivery.payload
+        if payload is not None and len(payload) > DECODE_ON_THREAD_BYTES:
+            decoding = asyncio.ensure_future(self._decode_on_thread(held, first))
+            self._decoding.add(decoding)
+            decoding.add_done_callback(self._decoding.discard)
+            return True
+        try:
+            if payload is None:
+                raise MessageDecodeError("stream entry has no message field")
+            message = decode(payload, self._client.max_message_size)
+        except MessageDecodeError as exc:
+            self._malformed(held, exc)
+            return True
+        spec = self._find(message.task)
+        if spec is None or delivery.delivery_count > self._max_deliveries:
+            self._admit_message(held, message, first)  # to be rejected, with the reason
+            return True
+        held.message, held.spec = message, spec
+        self._offer(held, first)
+        return True
+
+    async def _decode_on_thread(self, held: Held, first: bool) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            message = await loop.run_in_executor(self._worker.pool, decode,
+                                                 held.delivery.payload,
+                                                 self._client.max_message_size)
+        except MessageDecodeError as exc:
+            if held.state is PREFETCHED and self._inflight.get(held.key) is held:
+                self._malformed(held, exc)
+            return
+        # Requeued by a shutdown, or dropped after a lost lease, while it was decoded.
+        if held.state is PREFETCHED and self._inflight.get(held.key) is held:
+            self._admit_message(held, message, first)
+
+    def _malformed(self, held: Held, exc: Exception) -> None:
+        worker, delivery = self._worker, held.delivery
+        log.error("dead-lettering malformed message %r on %r: %r", delivery.entry_id,
+                  delivery.queue, str(exc))
+        worker.settle(held, outcome.rejected(delivery, reasons.MALFORMED, now_ms(),
+                                             worker.policy,
+                                             detail=f"{reasons.MALFORMED}: {exc}"))
+
+    def _admit_message(self, held: Held, message: Message, first: bool) -> None:
+        worker, delivery = self._worker, held.delivery
+        held.message = message
+        spec = held.spec = self._client.registry.find(message.task)
+        if spec is None:
+            log.error("dead-lettering message %r: unknown task %r", message.id, message.task)
+            worker.settle(held, outcome.rejected(delivery, reasons.UNKNOWN_TASK, now_ms(),
+                                                 worker.policy, message,
+                                                 f"{reasons.UNKNOWN_TASK} {message.task!r}"))
+            return
+        if delivery.delivery_count > self._max_deliveries:
+            log.error("dead-lettering message %r: delivered %d times", message.id,
+                      delivery.delivery_count)
+            worker.settle(held, outcome.rejected(delivery, reasons.MAX_DELIVERIES, now_ms(),
+                                                 worker.policy, message))
+            return
+        worker.executor.offer(held, first)
