@@ -181,4 +181,30 @@ def register(client: Client) -> dict[str, object]:
         note("fail")
         raise ValueError("never retried")
 
+    @task(retries=1, initial_delay=0.05, jitter=False)
+    async def backlog_async(seconds: float, fail_once: bool = False) -> int:
+        """A backlog task (async): sleeps ``seconds``; with ``fail_once`` attempt 1 fails."""
+        note("start")
+        ctx = current_task()
+        assert ctx is not None
+        await asyncio.sleep(seconds)
+        if fail_once and ctx.attempt == 1:
+            note("fail")
+            raise RuntimeError("first attempt fails")
+        note("done")
+        return ctx.attempt
+
+    @task(retries=1, initial_delay=0.05, jitter=False)
+    def backlog_sync(seconds: float, fail_once: bool = False) -> int:
+        """A backlog task (`def`, on the thread pool): as backlog_async."""
+        note("start")
+        ctx = current_task()
+        assert ctx is not None
+        time.sleep(seconds)
+        if fail_once and ctx.attempt == 1:
+            note("fail")
+            raise RuntimeError("first attempt fails")
+        note("done")
+        return ctx.attempt
+
     return tasks

@@ -36,6 +36,16 @@ def fault_redis() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def durable_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, AOF with appendfsync always (it gets SIGKILLed)."""
+    server = RedisServer(appendonly=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def scenario(fault_redis: RedisServer, tmp_path: Path) -> Iterator[Scenario]:
     s = Scenario(fault_redis.url, tmp_path)
     try:

@@ -183,3 +183,32 @@ class Scenario:
 
         wait_until(done, timeout, interval=0.05, message="every message to execute and drain")
         return time.monotonic()
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One injected fault, for classifying what the ledger shows afterwards.
+
+    ``kind``: kill (SIGKILL of a worker), stop / cont (SIGSTOP / SIGCONT of a worker),
+    start (a worker process launched), redis_kill / redis_back (Redis SIGKILLed /
+    answering again). ``t`` is wall-clock time (time.time(), like the ledger's ``t``).
+    """
+
+    kind: str
+    t: float
+    pid: int = 0
+
+
+def serving_since(worker: WorkerProcess) -> float | None:
+    """Wall-clock time of the worker's ``serving`` log line (None before it logged it)."""
+    import datetime
+
+    for line in worker.text().splitlines():
+        if " serving " in line:
+            stamp = line[:23]  # logging's default asctime: 2025-01-31 12:34:56,789
+            try:
+                when = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+            except ValueError:
+                return time.time()
+            return when.timestamp()
+    return None

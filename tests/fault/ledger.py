@@ -42,14 +42,15 @@ class Ledger:
         path.touch()
 
     def lines(self) -> list[Line]:
+        """Every complete line; one that is not valid (LedgerTail counts those) is skipped."""
         out = []
         with open(self.path) as f:
             for raw in f:
                 if not raw.endswith("\n"):
                     break  # a line being written right now
-                d = json.loads(raw)
-                out.append(Line(d.pop("id"), d.pop("attempt"), d.pop("pid"), d.pop("dc"),
-                                d.pop("phase"), d.pop("t"), d))
+                line = parse_line(raw)
+                if line is not None:
+                    out.append(line)
         return out
 
     def of(self, message_id: str) -> list[Line]:
@@ -117,3 +118,53 @@ def duplicates(ledger: Ledger) -> dict[tuple[str, int], list[Line]]:
         if x.phase in FINISHED:
             runs[(x.id, x.attempt)].append(x)
     return {k: v for k, v in runs.items() if len(v) > 1}
+
+
+def parse_line(raw: str) -> Line | None:
+    """One complete ledger line, or None when it is not a valid one (see LedgerTail)."""
+    try:
+        d = json.loads(raw)
+        return Line(d.pop("id"), d.pop("attempt"), d.pop("pid"), d.pop("dc"), d.pop("phase"),
+                    d.pop("t"), d)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+class LedgerTail:
+    """Reads a growing ledger incrementally: each update() parses only the new lines.
+
+    For long runs (tens of thousands of lines) where re-reading the whole file on every
+    poll would eat the CPU the workers need. A line being written right now (no newline
+    yet) is left for the next update(); a complete line that is not valid JSON (which an
+    interleaved partial write would produce) is counted in ``corrupt`` and skipped.
+    """
+
+    def __init__(self, path: Path, finished: Iterable[str] = ("done",)) -> None:
+        self.path = path
+        self.offset = 0
+        self.lines: list[Line] = []
+        self.corrupt: list[str] = []
+        self._finished = set(finished)
+        #: ids with a line of a ``finished`` phase
+        self.done: set[str] = set()
+
+    def update(self) -> list[Line]:
+        """Parse what was appended since the last call; return the new lines."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        new: list[Line] = []
+        for raw in chunk[:end].decode(errors="replace").split("\n"):
+            line = parse_line(raw)
+            if line is None:
+                self.corrupt.append(raw)
+                continue
+            new.append(line)
+            if line.phase in self._finished:
+                self.done.add(line.id)
+        self.lines.extend(new)
+        return new

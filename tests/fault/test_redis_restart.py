@@ -21,15 +21,6 @@ MESSAGES = 600
 
 
 @pytest.fixture
-def durable_redis():  # type: ignore[no-untyped-def]
-    server = RedisServer(appendonly=True).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def volatile_redis():  # type: ignore[no-untyped-def]
     server = RedisServer(appendonly=False).start()
     try:
