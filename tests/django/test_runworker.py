@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from django.test import override_settings
 
 from blitzq_django.checks import check_runworker_command
 from testproject.shop import tasks
-from tests.support.redis_server import free_port
+from tests.support.redis_server import RedisServer, free_port, redis_server_binary
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,16 +90,29 @@ def test_sigterm_stops_the_worker_gracefully(worker_env: dict[str, str], manage:
     assert "stopping gracefully" in err and "worker" in out and "stopped" in out
 
 
-def test_unreachable_redis_exits_non_zero_with_one_line(worker_env: dict[str, str],
-                                                        manage: Any) -> None:
-    worker_env["REDIS_URL"] = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+def test_a_worker_started_before_redis_waits_for_it(worker_env: dict[str, str],
+                                                     manage: Any) -> None:
+    if redis_server_binary() is None:
+        pytest.skip("needs a redis-server binary to start on the port later")
+    port = free_port()
+    worker_env["REDIS_URL"] = f"redis://:hunter2@127.0.0.1:{port}/0"
     proc = manage("runworker", "--burst", env=worker_env)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("CommandError: cannot reach Redis at redis://:***@127.0.0.1:")
-    assert "hunter2" not in err and "Traceback" not in err
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
+    wait_until(lambda: sum("cannot reach Redis (attempt" in line for line in err) >= 2
+               or proc.poll() is not None, 30, message="two logged attempts")
+    assert proc.poll() is None, "runworker exited instead of waiting for Redis:\n" + "".join(err)
+    server = RedisServer(port=port, password="hunter2").start()
+    try:
+        assert proc.wait(timeout=60) == 0, "".join(err)
+    finally:
+        server.stop()
+    reader.join(10)
+    proc.communicate()  # closes its pipes
+    text = "".join(err)
+    assert "hunter2" not in text and "Traceback" not in text
+    assert "redis://:***@127.0.0.1:" in text
 
 
 def test_misconfiguration_is_a_command_error_naming_the_key(settings: Any) -> None:

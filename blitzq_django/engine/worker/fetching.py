@@ -95,7 +95,7 @@ class Intake:
             if payload is None:
                 raise MessageDecodeError("stream entry has no message field")
             message = decode(payload, self._client.max_message_size)
-        except MessageDecodeError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the bytes do, the entry ends somewhere
             self._malformed(held, exc)
             return True
         spec = self._find(message.task)
@@ -112,7 +112,7 @@ class Intake:
             message = await loop.run_in_executor(self._worker.pool, decode,
                                                  held.delivery.payload,
                                                  self._client.max_message_size)
-        except MessageDecodeError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the bytes do, the entry ends somewhere
             if held.state is PREFETCHED and self._inflight.get(held.key) is held:
                 self._malformed(held, exc)
             return

@@ -46,7 +46,8 @@ class Command(BaseCommand):
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
         self.check(display_num_errors=False)
         try:
-            conf.check_connection(client)
+            # No ping first: a worker started before its Redis waits for it (logging each
+            # attempt) instead of exiting, as a service under systemd or Kubernetes must.
             config = cli.worker_config(options, {
                 "queues": self._queues(options["queues"], merged),
                 "concurrency": merged["CONCURRENCY"],
