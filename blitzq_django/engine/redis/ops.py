@@ -101,7 +101,13 @@ def _parse_read(reply: Any) -> list[tuple[str, str, bytes | None]]:
     for stream, entries in items:
         stream = _text(stream)
         for entry_id, fields in entries:
-            out.append((stream, _text(entry_id), _field(fields, b"m")))
+            # The usual entry is exactly [b"m", payload] (RESP2): read it without a call.
+            if type(fields) is list and len(fields) == 2 and fields[0] == b"m":
+                payload = fields[1]
+            else:
+                payload = _field(fields, b"m")
+            out.append((stream, entry_id.decode() if type(entry_id) is bytes else entry_id,
+                        payload))
     return out
 
 
@@ -142,14 +148,12 @@ def complete(
     )
 
 
-def _entry_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def _id_range(entry_ids: Sequence[str]) -> tuple[str, str]:
     """Lowest and highest stream entry id (ids compare as numbers, not as text)."""
-    return min(entry_ids, key=_entry_key), max(entry_ids, key=_entry_key)
+    # Each id parsed once, then min and max in C: this runs for every settled message.
+    keys = [(int(ms), int(seq or 0)) for ms, _, seq in (e.partition("-") for e in entry_ids)]
+    low, high = min(keys), max(keys)
+    return f"{low[0]}-{low[1]}", f"{high[0]}-{high[1]}"
 
 
 def renew(keys: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Op:
