@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -293,6 +294,19 @@ def _redis_options_problems(options: dict[Any, Any]) -> list[Problem]:
                 "See the keyword arguments of redis.Redis and its connection classes.")
         found.append(Problem("blitzq.E008", "REDIS_OPTIONS", f"BLITZQ['REDIS_OPTIONS'] key "
                              f"{key!r:.60} is not an option of redis-py's client.", hint))
+    # Timeouts by the rule the worker needs: finite, and a socket timeout longer than the
+    # worker's blocking read (1 s), or every idle fetch would fail as a timeout.
+    for key, low in (("socket_timeout", 1.0), ("socket_connect_timeout", 0.0)):
+        value = options.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or not low < value <= 86400:
+            found.append(Problem(
+                "blitzq.E004", "REDIS_OPTIONS", f"BLITZQ['REDIS_OPTIONS'][{key!r}] must be a "
+                f"finite number of seconds above {low:g} and up to 86400, not {value!r:.40}.",
+                "Default: 10 for socket_timeout (longer than the worker's 1 s blocking read), "
+                "5 for socket_connect_timeout."))
     return found
 
 

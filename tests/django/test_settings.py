@@ -60,6 +60,10 @@ def test_defaults_are_valid() -> None:
     ({"REDIS_URL": "redis://h:port/0"}, "blitzq.E005", "REDIS_URL"),
     ({"REDIS_OPTIONS": {"socket_timout": 3}}, "blitzq.E008", "REDIS_OPTIONS"),
     ({"REDIS_OPTIONS": {1: 3}}, "blitzq.E008", "REDIS_OPTIONS"),
+    ({"REDIS_OPTIONS": {"socket_timeout": float("nan")}}, "blitzq.E004", "socket_timeout"),
+    ({"REDIS_OPTIONS": {"socket_timeout": 0.5}}, "blitzq.E004", "socket_timeout"),
+    ({"REDIS_OPTIONS": {"socket_connect_timeout": float("inf")}}, "blitzq.E004",
+     "socket_connect_timeout"),
 ])
 def test_each_problem_has_its_id_and_names_the_key(user: Any, expected_id: str,
                                                    named: str) -> None:
