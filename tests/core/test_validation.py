@@ -293,3 +293,14 @@ def test_max_result_size_is_a_validated_client_option() -> None:
         with pytest.raises(ConfigurationError, match="max_result_size"):
             Client(MemoryBroker(), max_result_size=bad)  # type: ignore[arg-type]
 
+
+
+def test_keyword_argument_names_must_be_strings_on_both_sides() -> None:
+    from blitzq_django.engine.core.message import decode, encode_fields, pack
+    from blitzq_django.engine.errors import MessageDecodeError, MessageEncodeError
+
+    with pytest.raises(MessageEncodeError, match="keyword argument names must be strings"):
+        encode_fields("abc", "t", "default", [], {1: "x"}, 1, 0, None, None, None, {}, None)
+    raw = pack([1, "abc", "t", "default", [], {1: "x"}, 1, 0, None, None, None, {}, None])
+    with pytest.raises(MessageDecodeError, match="keyword argument names must be strings"):
+        decode(raw)

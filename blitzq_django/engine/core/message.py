@@ -291,6 +291,10 @@ def encode_fields(id: str, task: str, queue: str, args: Any, kwargs: dict[str, A
     """encode() without building a Message first: the producer's hot path."""
     fields = [VERSION, id, task, queue, list(args), kwargs, attempt, created_ms, eta_ms,
               timeout, idempotency_key, headers, policy]
+    if kwargs and not _str_keys(kwargs):
+        odd = [k for k in kwargs if type(k) is not str]
+        raise MessageEncodeError(f"task {task!r}: keyword argument names must be strings, "
+                                 f"not {validate.short_repr(odd)}")
     # The checks decode makes (the same gate, then the same _fields_problem), so nothing
     # a worker would dead-letter as malformed is ever written.
     if not (eta_ms is timeout is idempotency_key is policy is None
@@ -354,6 +358,8 @@ def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
         raise MessageDecodeError("id, task and queue must be strings")
     if type(args) is not list or type(kwargs) is not dict:
         raise MessageDecodeError("args must be a list and kwargs a map")
+    if kwargs and not _str_keys(kwargs):
+        raise MessageDecodeError("keyword argument names must be strings")
     # The common message passes this gate; it admits only what _fields_problem admits.
     if not (eta_ms is timeout is key is policy is None
             and type(attempt) is int and 0 < attempt <= MAX_ATTEMPT and type(created_ms) is int
@@ -370,6 +376,11 @@ def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
             raise MessageDecodeError(problem)
     return _message(id_, task, queue, args, kwargs, attempt, created_ms or 0, eta_ms, timeout,
                     key, headers or {}, policy)
+
+
+def _str_keys(kwargs: dict[Any, Any]) -> bool:
+    # A task is called with **kwargs: a name that is not a string fails every attempt.
+    return all(type(k) is str for k in kwargs)
 
 
 def _fields_problem(id_: Any, queue: Any, attempt: Any, created_ms: Any, eta_ms: Any,
