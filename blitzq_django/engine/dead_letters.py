@@ -55,6 +55,8 @@ def _letters(bodies: Iterable[bytes | None]) -> list[DeadLetter]:
 def _replayable(letters: Sequence[DeadLetter], new_id: bool) -> list[tuple[str, str, bytes]]:
     items = []
     for letter in letters:
+        if letter.truncated:
+            continue  # only the start of an entry too large to be a message was kept
         try:
             message = decode(letter.payload)
         except Exception:
