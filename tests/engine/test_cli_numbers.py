@@ -57,3 +57,11 @@ def test_main_prints_the_flag_and_exits_2(capsys: pytest.CaptureFixture[str]) ->
         cli.main(["worker", "x:client", "--visibility-timeout", "nan"], load=load)
     assert info.value.code == 2
     assert "argument --visibility-timeout: must be a finite number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x\nCRITICAL forged", "n" * 201, 5])
+def test_worker_name_is_checked(name: object) -> None:
+    from blitzq_django.engine import WorkerConfig
+
+    with pytest.raises(ConfigurationError, match="name must be"):
+        WorkerConfig(name=name)  # type: ignore[arg-type]

@@ -50,6 +50,11 @@ class WorkerConfig:
                 limits.check(name, value)
         if self.prefetch and self.prefetch < self.concurrency:
             raise ConfigurationError("prefetch must be >= concurrency (or 0 for the default)")
+        # The consumer name goes into Redis and into every log line of this worker.
+        if not (isinstance(self.name, str) and 0 < len(self.name) <= 200
+                and self.name.isprintable() and " " not in self.name):
+            raise ConfigurationError(f"name must be 1 to 200 printable characters without "
+                                     f"spaces, not {self.name!r:.60}")
         if self.heartbeat_interval is not None and not (
             self.heartbeat_interval < self.visibility_timeout / 2
         ):
