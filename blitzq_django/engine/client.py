@@ -15,6 +15,7 @@ from .core.deadletter import DeadLetter
 from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields
 from .core.names import check_name
 from .core.record import DEFAULT_MAX_RESULT_SIZE, Record
+from .core.registry import QueueStats, WorkerInfo
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
 from .core.validate import POLICY_OPTIONS, check, check_eta, eta_ms
 from .errors import ConfigurationError, MessageDecodeError, ResultTimeout
@@ -157,6 +158,25 @@ class Client:
             raise ResultTimeout(f"no final record for {message_id!r} within {timeout} s")
         return record
 
+    # -- operations ------------------------------------------------------------
+
+    def queue_stats(self, queue: str | None = None) -> QueueStats:
+        """Ready, in flight, scheduled, dead letters, consumers and the age of the oldest
+        ready message of one queue: one Redis call."""
+        queue = queue or self.default_queue
+        return QueueStats(queue=queue, **self.broker.queue_stats(queue))  # type: ignore[arg-type]
+
+    async def aqueue_stats(self, queue: str | None = None) -> QueueStats:
+        queue = queue or self.default_queue
+        return QueueStats(queue=queue, **await self.broker.aqueue_stats(queue))  # type: ignore[arg-type]
+
+    def workers(self) -> list[WorkerInfo]:
+        """The live workers of this namespace, as of their last heartbeat: one Redis call."""
+        return _infos(self.broker.workers(now_ms()))
+
+    async def aworkers(self) -> list[WorkerInfo]:
+        return _infos(await self.broker.aworkers(now_ms()))
+
     def inspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
         """What is known of a message: its record, or that it is scheduled or dead-lettered."""
         queue = queue or self.default_queue
@@ -180,6 +200,10 @@ class Client:
                           traceback=letter.traceback, reason=letter.reason,
                           finished_ms=letter.dead_ms)
         return None
+
+
+def _infos(blobs: Iterable[bytes]) -> list[WorkerInfo]:
+    return sorted((WorkerInfo.from_bytes(b) for b in blobs), key=lambda w: w.name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -75,7 +75,7 @@ def test_supervised_processes_drain_the_queue_and_recycle(
     assert "recycled" in err
     assert all(h.record(timeout=1).succeeded for h in handles)
     stats = blitzq_redis.broker.queue_stats("default")
-    assert stats["ready"] == 0 and stats["pending"] == 0
+    assert stats["ready"] == 0 and stats["in_flight"] == 0
 
 
 def test_sigterm_stops_the_worker_gracefully(worker_env: dict[str, str], manage: Any) -> None:

@@ -80,7 +80,7 @@ def ready_message_ids(broker: RedisBroker | MemoryBroker, queue: str) -> list[st
 
 
 def pending_count(broker: RedisBroker | MemoryBroker, queue: str) -> int:
-    return broker.queue_stats(queue)["pending"]
+    return broker.queue_stats(queue)["in_flight"]
 
 
 def dead_letter_ids(broker: RedisBroker | MemoryBroker, queue: str) -> list[str]:

@@ -61,6 +61,8 @@ class MemoryBroker:
         self._unique: dict[tuple[str, str], tuple[float, str]] = {}
         self._entry_ids = itertools.count(1)
         self._waiters: dict[asyncio.AbstractEventLoop, asyncio.Condition] = {}
+        self._workers: dict[str, tuple[int, bytes]] = {}  # name -> (expires ms, info)
+        self._readers: dict[str, set[str]] = {}  # queue -> consumers that read it
 
     def _queue(self, name: str) -> _Queue:
         q = self._queues.get(name)
@@ -120,7 +122,8 @@ class MemoryBroker:
         return self.enqueue(items)
 
     def _entry_id(self) -> str:
-        return f"{next(self._entry_ids)}-0"
+        # Shaped like a stream id (ms-sequence), so a ready entry's age reads off its id.
+        return f"{_now_ms()}-{next(self._entry_ids)}"
 
     # -- reading state -------------------------------------------------------
 
@@ -179,11 +182,36 @@ class MemoryBroker:
                 except TimeoutError:
                     pass
 
-    def queue_stats(self, queue: str) -> dict[str, int]:
+    def queue_stats(self, queue: str) -> dict[str, int | None]:
         with self._lock:
             q = self._queue(queue)
-            return {"ready": len(q.ready), "pending": len(q.pending),
-                    "scheduled": len(q.schedule), "dead_letters": len(q.dead)}
+            age = None
+            if q.ready:
+                age = max(0, _now_ms() - int(q.ready[0][0].partition("-")[0]))
+            return {"ready": len(q.ready), "in_flight": len(q.pending),
+                    "scheduled": len(q.schedule), "dead_letters": len(q.dead),
+                    "consumers": len(self._readers.get(queue, ())),
+                    "oldest_ready_age_ms": age}
+
+    async def aqueue_stats(self, queue: str) -> dict[str, int | None]:
+        return self.queue_stats(queue)
+
+    def workers(self, now_ms: int) -> list[bytes]:
+        with self._lock:
+            return [info for expires, info in self._workers.values() if expires >= now_ms]
+
+    async def aworkers(self, now_ms: int) -> list[bytes]:
+        return self.workers(now_ms)
+
+    async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int) -> None:
+        with self._lock:
+            self._workers[name] = (now_ms + ttl_ms, info)
+            for other in [n for n, (exp, _) in self._workers.items() if exp < now_ms]:
+                del self._workers[other]
+
+    async def leave(self, name: str) -> None:
+        with self._lock:
+            self._workers.pop(name, None)
 
     # -- dead letters --------------------------------------------------------
 
@@ -267,6 +295,7 @@ class MemoryBroker:
         with self._lock:
             for name in queues:
                 q = self._queue(name)
+                self._readers.setdefault(name, set()).add(consumer)
                 while q.ready and len(out) < count:
                     entry_id, payload = q.ready.popleft()
                     q.pending[entry_id] = _Pending(payload, consumer, 1, now)

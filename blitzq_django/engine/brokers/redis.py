@@ -41,6 +41,10 @@ RESULT_POLL_S = 5.0  # safety net under pub/sub wake-ups: a lost notification co
 REPLY_GRACE_S = 0.25
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class RedisBroker:
     mode = "s"
 
@@ -205,17 +209,19 @@ class RedisBroker:
             finally:
                 await pubsub.aclose()
 
-    def queue_stats(self, queue: str) -> dict[str, int]:
-        keys = self.keys.queue(queue)
-        ready, scheduled, dead = self.sync.run_many(
-            [ops.xlen(keys.stream), ops.zcard(keys.schedule), ops.zcard(keys.dead_letters)]
-        )
-        try:
-            pending = self.sync.run(ops.pending_count(keys))
-        except Exception:  # no group yet: nothing was ever delivered
-            pending = 0
-        return {"ready": ready - pending, "pending": pending, "scheduled": scheduled,
-                "dead_letters": dead}
+    def queue_stats(self, queue: str) -> dict[str, int | None]:
+        """Counts of one queue (see QueueStats), in one read-only script call."""
+        return self.sync.run(ops.stats(self.keys.queue(queue), _now_ms()))
+
+    async def aqueue_stats(self, queue: str) -> dict[str, int | None]:
+        return await self.aio.run(ops.stats(self.keys.queue(queue), _now_ms()))
+
+    def workers(self, now_ms: int) -> list[bytes]:
+        """Encoded WorkerInfo of every worker whose entry has not expired."""
+        return self.sync.run(ops.workers(self.keys, now_ms))
+
+    async def aworkers(self, now_ms: int) -> list[bytes]:
+        return await self.aio.run(ops.workers(self.keys, now_ms))
 
     # -- dead letters --------------------------------------------------------
 
@@ -331,6 +337,12 @@ class RedisBroker:
 
     async def retire(self, queues: Sequence[str], consumer: str) -> None:
         await self.aio.run_many([ops.retire(self.keys.queue(q), consumer) for q in queues])
+
+    async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int) -> None:
+        await self.aio.run(ops.heartbeat(self.keys, name, info, now_ms, ttl_ms))
+
+    async def leave(self, name: str) -> None:
+        await self.aio.run(ops.leave(self.keys, name, _now_ms()))
 
     async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
         """Remove consumers that own nothing and were idle over min_idle_ms: dead workers'."""

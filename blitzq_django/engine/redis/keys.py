@@ -18,7 +18,8 @@ key                                     type      holds
 ``bq:{ns:queue}:u:<key>``               string    idempotency key -> message id; TTL
 ``bq:{ns:queue}:done:<id>``             channel   published when a final record is written
 ``bq:{ns:queue}:k:<token>``             string    receipt of one settle batch (its reply); TTL
-``bq:{ns}:workers``                     zset      reserved: worker registry (not written yet)
+``bq:{ns}:workers``                     zset      worker registry: name -> expiry of its entry
+``bq:{ns}:w:<name>``                    string    one worker's info (WorkerInfo); TTL
 ======================================  ========  =============================================
 """
 
@@ -89,6 +90,13 @@ class Keyspace:
             check_name("queue", name)
             keys = self._queues[name] = QueueKeys(f"{PREFIX}:{{{self.namespace}:{name}}}")
         return keys
+
+    @property
+    def workers(self) -> str:
+        return f"{PREFIX}:{{{self.namespace}}}:workers"
+
+    def worker(self, name: str) -> str:
+        return f"{PREFIX}:{{{self.namespace}}}:w:{name}"
 
     def all_keys_pattern(self) -> str:
         """Glob over every key of this namespace (for purge in tests and tools).

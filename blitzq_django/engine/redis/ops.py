@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from . import scripts
-from .keys import GROUP, QueueKeys
+from .keys import GROUP, Keyspace, QueueKeys
 from .scripts import Script
 
 Arg = str | bytes | int | float
@@ -247,16 +247,31 @@ def hget(key: str, field: str) -> Op:
     return Op(command=("HGET", key, field))
 
 
-def xlen(key: str) -> Op:
-    return Op(command=("XLEN", key), parse=int)
+# -- workers and stats ----------------------------------------------------------
 
 
-def zcard(key: str) -> Op:
-    return Op(command=("ZCARD", key), parse=int)
+def heartbeat(keyspace: Keyspace, name: str, info: bytes, now_ms: int, ttl_ms: int) -> Op:
+    return Op(script=scripts.HEARTBEAT, keys=(keyspace.workers, keyspace.worker(name)),
+              args=("beat", name, now_ms, info, ttl_ms))
 
 
-def pending_count(keys: QueueKeys) -> Op:
-    def parse(reply: Any) -> int:
-        return int(reply[0]) if isinstance(reply, list | tuple) else int(reply.get("pending", 0))
+def leave(keyspace: Keyspace, name: str, now_ms: int) -> Op:
+    return Op(script=scripts.HEARTBEAT, keys=(keyspace.workers, keyspace.worker(name)),
+              args=("leave", name, now_ms))
 
-    return Op(command=("XPENDING", keys.stream, GROUP), parse=parse)
+
+def workers(keyspace: Keyspace, now_ms: int) -> Op:
+    return Op(script=scripts.WORKERS, keys=(keyspace.workers,),
+              args=(now_ms, keyspace.worker("")), parse=list)
+
+
+def stats(keys: QueueKeys, now_ms: int) -> Op:
+    """{ready, in_flight, scheduled, dead_letters, consumers, oldest_ready_age_ms}."""
+    def parse(reply: Any) -> dict[str, int | None]:
+        ready, in_flight, scheduled, dead, consumers, age = (int(x) for x in reply)
+        return {"ready": ready, "in_flight": in_flight, "scheduled": scheduled,
+                "dead_letters": dead, "consumers": consumers,
+                "oldest_ready_age_ms": age if age >= 0 else None}
+
+    return Op(script=scripts.STATS, keys=(keys.stream, keys.schedule, keys.dead_letters),
+              args=(GROUP, now_ms), parse=parse)

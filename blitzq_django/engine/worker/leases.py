@@ -58,6 +58,7 @@ class LeaseKeeper:
             worker.check_memory()
             try:
                 await self.renew()
+                await worker.beat()
                 if not worker.stopping and time.monotonic() >= next_recovery:
                     next_recovery = time.monotonic() + cfg.recovery_s
                     await self.recover()

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib.metadata
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +26,7 @@ from ..brokers.base import RUNNING, Settlement
 from ..client import Client
 from ..core import deadletter as reasons
 from ..core import record as states
+from ..core.registry import WorkerInfo
 from ..errors import BlitzqError, BrokerUnavailable
 from . import outcome
 from .config import WorkerConfig
@@ -38,6 +42,7 @@ from .promotion import promote_all_due, promote_loop
 log = logging.getLogger("blitzq.worker")
 
 HELPER_STOP_S = 2.0
+REGISTRY_MIN_TTL_S = 5.0  # a registry entry outlives at least this many seconds
 STARTUP_BACKOFF_MIN_S, STARTUP_BACKOFF_MAX_S = 0.5, 10.0
 
 _STATE_COUNTERS = {
@@ -92,6 +97,7 @@ class Worker:
         #: every delivery this worker holds (see inflight.py)
         self.inflight = InFlight(self.config.concurrency)
         self._settled_count = 0
+        self._started_ms = now_ms()
         self.helpers_stop = asyncio.Event()
         self._room = asyncio.Event()  # set when the fetch loop may read more
         self._stopping = asyncio.Event()
@@ -136,6 +142,7 @@ class Worker:
                 return self.stats
             log.info("worker %s serving %s (concurrency %d)", self.name, ",".join(self.queues),
                      self.config.concurrency)
+            await self.beat()
             flushing = asyncio.create_task(self.flusher.run(), name="blitzq-flusher")
             helpers = [asyncio.create_task(self.leases.run(), name="blitzq-leases")]
             if self.config.promote:
@@ -177,6 +184,8 @@ class Worker:
         if flushing is not None:
             with contextlib.suppress(Exception):
                 await self.broker.retire(self.queues, self.name)
+            with contextlib.suppress(Exception):
+                await self.broker.leave(self.name)
         # Threads still running were requeued by _drain; do not wait for them here.
         self.pool.shutdown(wait=False, cancel_futures=True)
         if close_broker:
@@ -245,6 +254,23 @@ class Worker:
     def threads_left(self) -> int:
         """Thread attempts still running after run() returned (their messages were requeued)."""
         return self.executor.threads_running if hasattr(self, "executor") else 0
+
+    # -- the registry ------------------------------------------------------------
+
+    async def beat(self) -> None:
+        """Write this worker's entry in the registry (client.workers()); it expires
+        unless written again, so a killed worker leaves the list on its own."""
+        now = now_ms()
+        ttl_ms = int(max(3 * self.config.heartbeat_s, REGISTRY_MIN_TTL_S) * 1000)
+        info = WorkerInfo(name=self.name, host=socket.gethostname(), pid=os.getpid(),
+                          queues=list(self.queues), concurrency=self.config.concurrency,
+                          running=self.inflight.running, processed=self._settled_count,
+                          started_ms=self._started_ms, heartbeat_ms=now,
+                          expires_ms=now + ttl_ms, version=_version())
+        try:
+            await self.broker.heartbeat(self.name, info.to_bytes(), now, ttl_ms)
+        except (BlitzqError, OSError) as exc:  # the registry is for people; serving goes on
+            log.warning("worker heartbeat failed: %s", exc)
 
     # -- what the parts share --------------------------------------------------
 
@@ -334,6 +360,14 @@ class Worker:
                      self._settled_count)
             self.recycled = True
             self._begin_stop()
+
+
+@functools.cache
+def _version() -> str:
+    try:
+        return importlib.metadata.version("blitzq-django")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def resident_mb() -> float:

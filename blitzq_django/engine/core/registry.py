@@ -1,0 +1,44 @@
+"""WorkerInfo and QueueStats: what operators see of the workers and the queues."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .message import pack_fields, unpack_fields
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerInfo:
+    """One live worker, as of its last heartbeat."""
+
+    name: str
+    host: str
+    pid: int
+    queues: list[str] = field(default_factory=list)
+    concurrency: int = 0
+    running: int = 0  # attempts running at the heartbeat
+    processed: int = 0  # messages settled since it started
+    started_ms: int = 0
+    heartbeat_ms: int = 0
+    expires_ms: int = 0  # gone from workers() after this without a new heartbeat
+    version: str = ""
+
+    def to_bytes(self) -> bytes:
+        return pack_fields(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> WorkerInfo:
+        return unpack_fields(cls, data)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueStats:
+    """One queue, counted in one call (cheap enough to poll every second)."""
+
+    queue: str
+    ready: int  # waiting to be read by a worker
+    in_flight: int  # read by a worker, not yet settled (running or prefetched)
+    scheduled: int  # delayed, ETA and retry backoff
+    dead_letters: int
+    consumers: int  # workers that have read this queue (idle dead ones are pruned)
+    oldest_ready_age_ms: int | None  # how long the oldest ready message has waited

@@ -1,0 +1,80 @@
+"""The worker registry (client.workers()) and queue stats (client.queue_stats())."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from blitzq_django.engine import Client
+from blitzq_django.engine.brokers.base import DEAD, Settlement
+from blitzq_django.engine.core.registry import WorkerInfo
+
+from ..support.waiting import await_until
+from .helpers import background_worker
+
+BEAT = {"visibility_timeout": 1.0}  # a heartbeat every third of a second
+
+
+@pytest.mark.asyncio
+async def test_a_worker_is_listed_while_it_runs(client: Client) -> None:
+    @client.task(name="t", queue="reports")
+    async def t() -> None:
+        return None
+
+    assert await client.aworkers() == []
+    async with background_worker(client, concurrency=7, **BEAT) as worker:
+        await await_until(lambda: any(w.name == worker.name for w in client.workers()), 5,
+                          message="the worker listed")
+        (info,) = await client.aworkers()
+        assert (info.pid, info.concurrency, info.queues) == (os.getpid(), 7,
+                                                            ["default", "reports"])
+        assert info.host and info.version and info.started_ms <= info.heartbeat_ms
+        assert info.expires_ms > time.time() * 1000
+        for _ in range(3):
+            await t.aenqueue()
+        await await_until(lambda: client.workers()[0].processed == 3, 5,
+                          message="the processed count in a heartbeat")
+    assert client.workers() == []  # a stopping worker leaves the registry
+
+
+@pytest.mark.asyncio
+async def test_an_entry_that_is_not_renewed_expires(client: Client) -> None:
+    broker: Any = client.broker
+    now = int(time.time() * 1000)
+    info = WorkerInfo(name="killed", host="h", pid=1, expires_ms=now + 200)
+    await broker.heartbeat("killed", info.to_bytes(), now, 200)
+    assert [w.name for w in client.workers()] == ["killed"]
+    await await_until(lambda: client.workers() == [], 5, message="the entry to expire")
+
+
+@pytest.mark.asyncio
+async def test_queue_stats_count_each_state(client: Client) -> None:
+    broker: Any = client.broker
+
+    @client.task(name="t")
+    def t() -> None:
+        return None
+
+    empty = await client.aqueue_stats()
+    assert (empty.ready, empty.in_flight, empty.scheduled, empty.dead_letters) == (0, 0, 0, 0)
+    assert empty.oldest_ready_age_ms is None
+    handles = [t.enqueue() for _ in range(4)]
+    t.options(delay=3600).enqueue()
+    t.options(delay=3600).enqueue()
+    await broker.prepare(["default"])
+    taken = await broker.fetch(["default"], "reader", 2, 10)
+    assert len(taken) == 2
+    letter = Settlement(taken[0], DEAD, handles[0].id, body=b"letter", due_ms=1)
+    assert await broker.settle("reader", [letter], 1) == [True]
+    await await_until(lambda: client.queue_stats().oldest_ready_age_ms, 5,
+                      message="the oldest ready message to age")
+    stats = client.queue_stats()
+    assert (stats.ready, stats.in_flight, stats.scheduled, stats.dead_letters) == (2, 1, 2, 1)
+    assert stats.consumers == 1
+    assert stats.queue == "default"
+    again = await client.aqueue_stats()
+    assert (again.ready, again.in_flight, again.scheduled, again.dead_letters,
+            again.consumers) == (2, 1, 2, 1, 1)
