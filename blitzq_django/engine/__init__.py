@@ -20,6 +20,7 @@ from .errors import (
     MessageEncodeError,
     MessageError,
     MessageTooLarge,
+    QueueBusy,
     ResultTimeout,
     ResultTooLarge,
     Retry,
@@ -30,7 +31,8 @@ from .worker import Worker, WorkerConfig
 __all__ = [
     "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Client",
     "ConfigurationError", "DeadLetter", "MemoryBroker", "Message", "MessageDecodeError",
-    "MessageEncodeError", "MessageError", "MessageTooLarge", "Record", "RedisBroker",
+    "MessageEncodeError", "MessageError", "MessageTooLarge", "QueueBusy", "Record",
+    "RedisBroker",
     "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task", "TaskContext",
     "TaskFailed", "TaskHandle",
     "TaskNotRegistered", "TaskRegistry", "TaskSpec", "Worker", "WorkerConfig", "current_task",

@@ -15,10 +15,10 @@ from .core.deadletter import DeadLetter
 from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields
 from .core.names import check_name
 from .core.record import DEFAULT_MAX_RESULT_SIZE, Record
-from .core.registry import QueueStats, WorkerInfo
+from .core.registry import Purged, QueueStats, WorkerInfo
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
 from .core.validate import POLICY_OPTIONS, check, check_eta, eta_ms
-from .errors import ConfigurationError, MessageDecodeError, ResultTimeout
+from .errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTimeout
 
 if TYPE_CHECKING:
     from .dead_letters import DeadLetters
@@ -169,6 +169,29 @@ class Client:
     async def aqueue_stats(self, queue: str | None = None) -> QueueStats:
         queue = queue or self.default_queue
         return QueueStats(queue=queue, **await self.broker.aqueue_stats(queue))  # type: ignore[arg-type]
+
+    def purge(self, queue: str, *, dead_letters: bool = False, force: bool = False) -> Purged:
+        """Drop the queue's ready and scheduled messages (and its dead letters when asked),
+        atomically. Messages workers hold are left to finish; while there are any, the
+        purge is refused with QueueBusy unless ``force``."""
+        check_name("queue", queue)
+        return self._purged(queue, self.broker.purge(queue, force, dead_letters))
+
+    async def apurge(self, queue: str, *, dead_letters: bool = False,
+                     force: bool = False) -> Purged:
+        check_name("queue", queue)
+        return self._purged(queue, await self.broker.apurge(queue, force, dead_letters))
+
+    def _purged(self, queue: str, counts: dict[str, int]) -> Purged:
+        if counts["ready"] == -2:  # no key at all: a queue nothing ever used
+            if queue not in self.registry.queues() | {self.default_queue}:
+                raise ConfigurationError(f"queue {queue!r} does not exist (it holds nothing "
+                                         "and no task uses it)")
+            counts = {**counts, "ready": 0}
+        if counts["ready"] == -1:
+            raise QueueBusy(f"queue {queue!r} has {counts['in_flight']} messages in flight "
+                            "(held by workers); purge with force=True to drop the rest anyway")
+        return Purged(queue=queue, **counts)
 
     def workers(self) -> list[WorkerInfo]:
         """The live workers of this namespace, as of their last heartbeat: one Redis call."""

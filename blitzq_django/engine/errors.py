@@ -9,7 +9,8 @@
     │   ├── MessageTooLarge       (also a ValueError) encoded message over max_message_size
     │   └── MessageDecodeError    bytes from the broker that are not a message
     ├── BrokerError               the broker failed to do what was asked
-    │   └── BrokerUnavailable     cannot reach Redis (names the URL, never the password)
+    │   ├── BrokerUnavailable     cannot reach Redis (names the URL, never the password)
+    │   └── QueueBusy             purge refused: workers hold messages of the queue
     ├── ResultTooLarge            (also a ValueError) a task result over max_result_size
     ├── TaskNotRegistered         a task name with no registered function
     └── ResultTimeout             (also a TimeoutError) get_result gave up waiting
@@ -62,6 +63,10 @@ class BrokerUnavailable(BrokerError):
 
 
 class ResultTooLarge(BlitzqError, ValueError):
+    pass
+
+
+class QueueBusy(BrokerError):
     pass
 
 

@@ -78,3 +78,64 @@ async def test_queue_stats_count_each_state(client: Client) -> None:
     again = await client.aqueue_stats()
     assert (again.ready, again.in_flight, again.scheduled, again.dead_letters,
             again.consumers) == (2, 1, 2, 1, 1)
+
+
+# -- purge ---------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_purge_drops_ready_and_scheduled_and_dead_letters_when_asked(
+        client: Client) -> None:
+    broker: Any = client.broker
+
+    @client.task(name="t")
+    def t() -> None:
+        return None
+
+    handles = [t.enqueue() for _ in range(3)]
+    t.options(delay=3600).enqueue()
+    await broker.prepare(["default"])
+    (taken,) = await broker.fetch(["default"], "reader", 1, 10)
+    letter = Settlement(taken, DEAD, handles[0].id, body=b"letter", due_ms=1)
+    assert await broker.settle("reader", [letter], 1) == [True]
+
+    purged = client.purge("default")
+    assert (purged.ready, purged.scheduled, purged.dead_letters, purged.in_flight) == (2, 1, 0, 0)
+    stats = client.queue_stats()
+    assert (stats.ready, stats.scheduled, stats.dead_letters) == (0, 0, 1)
+    again = await client.apurge("default", dead_letters=True)
+    assert (again.ready, again.scheduled, again.dead_letters) == (0, 0, 1)
+    assert client.queue_stats().dead_letters == 0
+
+
+@pytest.mark.asyncio
+async def test_purge_leaves_held_messages_and_refuses_unless_forced(client: Client) -> None:
+    from blitzq_django.engine import QueueBusy
+
+    broker: Any = client.broker
+
+    @client.task(name="t")
+    def t() -> None:
+        return None
+
+    for _ in range(3):
+        t.enqueue()
+    await broker.prepare(["default"])
+    (held,) = await broker.fetch(["default"], "worker", 1, 10)
+    with pytest.raises(QueueBusy, match="1 messages in flight"):
+        client.purge("default")
+    assert client.queue_stats().ready == 2  # a refused purge removed nothing
+    purged = client.purge("default", force=True)
+    assert (purged.ready, purged.in_flight) == (2, 1)
+    # The held message is untouched: its worker still settles it.
+    assert await broker.settle("worker", [Settlement(held, "done", "x")], 1) == [True]
+
+
+def test_purge_of_an_unknown_or_invalid_queue_names_it(client: Client) -> None:
+    from blitzq_django.engine import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="queue 'nowhere' does not exist"):
+        client.purge("nowhere")
+    with pytest.raises(ConfigurationError, match="queue name 'a:b' is invalid"):
+        client.purge("a:b")
+    assert client.purge("default").ready == 0  # known, even before anything used it

@@ -196,6 +196,25 @@ class MemoryBroker:
     async def aqueue_stats(self, queue: str) -> dict[str, int | None]:
         return self.queue_stats(queue)
 
+    def purge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]:
+        with self._lock:
+            if queue not in self._queues:
+                return {"ready": -2, "scheduled": 0, "dead_letters": 0, "in_flight": 0}
+            q = self._queue(queue)
+            counts = {"ready": len(q.ready), "scheduled": len(q.schedule),
+                      "dead_letters": len(q.dead) if dead_letters else 0,
+                      "in_flight": len(q.pending)}
+            if q.pending and not force:
+                return {**counts, "ready": -1, "scheduled": 0, "dead_letters": 0}
+            q.ready.clear()
+            q.schedule.clear()
+            if dead_letters:
+                q.dead.clear()
+            return counts
+
+    async def apurge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]:
+        return self.purge(queue, force, dead_letters)
+
     def workers(self, now_ms: int) -> list[bytes]:
         with self._lock:
             return [info for expires, info in self._workers.values() if expires >= now_ms]

@@ -216,6 +216,13 @@ class RedisBroker:
     async def aqueue_stats(self, queue: str) -> dict[str, int | None]:
         return await self.aio.run(ops.stats(self.keys.queue(queue), _now_ms()))
 
+    def purge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]:
+        """Drop ready and scheduled messages (dead letters when asked); see purge.lua."""
+        return self.sync.run(ops.purge(self.keys.queue(queue), force, dead_letters))
+
+    async def apurge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]:
+        return await self.aio.run(ops.purge(self.keys.queue(queue), force, dead_letters))
+
     def workers(self, now_ms: int) -> list[bytes]:
         """Encoded WorkerInfo of every worker whose entry has not expired."""
         return self.sync.run(ops.workers(self.keys, now_ms))

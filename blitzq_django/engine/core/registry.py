@@ -42,3 +42,14 @@ class QueueStats:
     dead_letters: int
     consumers: int  # workers that have read this queue (idle dead ones are pruned)
     oldest_ready_age_ms: int | None  # how long the oldest ready message has waited
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Purged:
+    """What a purge removed, and what it left to the workers that hold it."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    dead_letters: int  # 0 unless dead letters were asked for
+    in_flight: int  # held by workers: never purged, they finish and settle as usual

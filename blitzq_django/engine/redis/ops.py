@@ -275,3 +275,17 @@ def stats(keys: QueueKeys, now_ms: int) -> Op:
 
     return Op(script=scripts.STATS, keys=(keys.stream, keys.schedule, keys.dead_letters),
               args=(GROUP, now_ms), parse=parse)
+
+
+def purge(keys: QueueKeys, force: bool, dead_letters: bool) -> Op:
+    """{ready, scheduled, dead_letters, in_flight}; ready is -1 when refused (in flight),
+    -2 when the queue has no key at all."""
+    def parse(reply: Any) -> dict[str, int]:
+        ready, scheduled, dead, in_flight = (int(x) for x in reply)
+        return {"ready": ready, "scheduled": scheduled, "dead_letters": dead,
+                "in_flight": in_flight}
+
+    return Op(script=scripts.PURGE,
+              keys=(keys.stream, keys.schedule, keys.schedule_data, keys.dead_letters,
+                    keys.dead_letter_data),
+              args=(GROUP, int(force), int(dead_letters)), parse=parse)
