@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .brokers.base import Broker, Enqueue
+from .context import inherited_headers
 from .core import limits
 from .core import record as states
 from .core.deadletter import DeadLetter
@@ -84,8 +85,9 @@ class Client:
         message_id = call.task_id or new_id()
         queue = call.queue or spec.queue
         payload = encode_fields(message_id, spec.name, queue, args, kwargs, 1, created, eta_ms,
-                                call.timeout, call.idempotency_key, call.headers or {},
-                                call.policy(), self.max_message_size)
+                                call.timeout, call.idempotency_key,
+                                inherited_headers(call.headers), call.policy(),
+                                self.max_message_size)
         record = b""
         if self.track_state:
             state = states.SCHEDULED if eta_ms else states.QUEUED

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -16,11 +17,34 @@ class TaskContext:
     max_attempts: int
     delivery_count: int  # > 1 means the message was recovered after a lost lease
     worker: str
+    #: the message's headers; they travel on to every message this attempt enqueues
+    headers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def correlation_id(self) -> str:
+        """The id of the message that started this chain of tasks (this one's, at the root).
+        Every message enqueued from a task carries it on."""
+        value = self.headers.get(CORRELATION_HEADER)
+        return value if isinstance(value, str) else self.id
 
     @property
     def retries(self) -> int:
         """Retries so far: attempt - 1."""
         return self.attempt - 1
+
+
+#: The header that carries the correlation id from a task to the tasks it enqueues.
+CORRELATION_HEADER = "correlation_id"
+
+
+def inherited_headers(own: dict[str, Any] | None) -> dict[str, Any]:
+    """The headers of a message enqueued now: those of the running attempt (if any), its
+    correlation id, then ``own`` (which wins)."""
+    factory = _current.get()
+    if factory is None:
+        return own or {}
+    parent = factory()
+    return {**parent.headers, CORRELATION_HEADER: parent.correlation_id, **(own or {})}
 
 
 #: Set by the worker around each attempt to a zero-argument factory of its TaskContext:

@@ -123,3 +123,61 @@ def test_no_context_outside_task_code(client: Client) -> None:
     assert current_task() is None
     # The around hooks run inside the attempt's context (Django needs nothing else of it).
     assert len(hooks_saw) == 2
+
+
+@pytest.mark.parametrize("kind", ["thread", "async"])
+def test_correlation_id_and_headers_travel_to_the_tasks_a_task_enqueues(
+        client: Client, kind: str) -> None:
+    seen: dict[str, TaskContext] = {}
+
+    @client.task(name="grandchild")
+    def grandchild() -> None:
+        task = current_task()
+        assert task is not None
+        seen["grandchild"] = task
+
+    @client.task(name="child")
+    async def child() -> None:
+        task = current_task()
+        assert task is not None
+        seen["child"] = task
+        await grandchild.options(headers={"tenant": "b"}).aenqueue()  # its own header wins
+
+    def start() -> None:
+        task = current_task()
+        assert task is not None
+        seen["root"] = task
+        child.enqueue()
+
+    if kind == "thread":
+        root = client.task(name="root")(start)
+    else:
+        async def start_async() -> None:
+            start()
+
+        root = client.task(name="root")(start_async)
+
+    handle = root.options(headers={"traceparent": "00-abc-01", "tenant": "a"}).enqueue()
+    run_burst(client)
+    assert handle.result(timeout=5) is None
+    assert seen["root"].correlation_id == handle.id  # the root of the chain
+    assert seen["child"].correlation_id == handle.id
+    assert seen["grandchild"].correlation_id == handle.id
+    assert seen["child"].headers["traceparent"] == "00-abc-01"
+    assert seen["grandchild"].headers["traceparent"] == "00-abc-01"
+    assert (seen["child"].headers["tenant"], seen["grandchild"].headers["tenant"]) == ("a", "b")
+
+
+def test_a_message_enqueued_outside_a_task_starts_its_own_chain(client: Client) -> None:
+    seen: list[TaskContext] = []
+
+    @client.task(name="t")
+    def t() -> None:
+        task = current_task()
+        assert task is not None
+        seen.append(task)
+
+    handle = t.enqueue()
+    run_burst(client)
+    assert [s.correlation_id for s in seen] == [handle.id]
+    assert seen[0].headers == {}

@@ -100,7 +100,8 @@ class Executor:
             return TaskContext(id=message.id, name=spec.name, queue=message.queue,
                                attempt=message.attempt,
                                max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
-                               delivery_count=delivery.delivery_count, worker=worker)
+                               delivery_count=delivery.delivery_count, worker=worker,
+                               headers=message.headers)
 
         timeout = message.timeout or spec.timeout
         if self._policy.track_state:
