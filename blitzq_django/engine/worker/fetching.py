@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..brokers.base import Delivery
 from ..core import deadletter as reasons
 from ..core.message import Message, decode
+from ..core.task import TaskSpec
 from ..errors import BlitzqError, MessageDecodeError
 from . import outcome
 from .execution import now_ms
@@ -98,9 +99,10 @@ class Intake:
         except Exception as exc:  # noqa: BLE001 - whatever the bytes do, the entry ends somewhere
             self._malformed(held, exc)
             return True
+        # _admit_message(), inlined: this runs for every message.
         spec = self._find(message.task)
         if spec is None or delivery.delivery_count > self._max_deliveries:
-            self._admit_message(held, message, first)  # to be rejected, with the reason
+            self._reject(held, message, spec)
             return True
         held.message, held.spec = message, spec
         self._offer(held, first)
@@ -129,19 +131,24 @@ class Intake:
                                              detail=f"{reasons.MALFORMED}: {exc}"))
 
     def _admit_message(self, held: Held, message: Message, first: bool) -> None:
+        spec = self._find(message.task)
+        if spec is None or held.delivery.delivery_count > self._max_deliveries:
+            self._reject(held, message, spec)
+            return
+        held.message, held.spec = message, spec
+        self._offer(held, first)
+
+    def _reject(self, held: Held, message: Message, spec: TaskSpec | None) -> None:
+        """Dead-letter a decoded message that must not run: unknown task, too many deliveries."""
         worker, delivery = self._worker, held.delivery
         held.message = message
-        spec = held.spec = self._client.registry.find(message.task)
         if spec is None:
             log.error("dead-lettering message %r: unknown task %r", message.id, message.task)
             worker.settle(held, outcome.rejected(delivery, reasons.UNKNOWN_TASK, now_ms(),
                                                  worker.policy, message,
                                                  f"{reasons.UNKNOWN_TASK} {message.task!r}"))
             return
-        if delivery.delivery_count > self._max_deliveries:
-            log.error("dead-lettering message %r: delivered %d times", message.id,
-                      delivery.delivery_count)
-            worker.settle(held, outcome.rejected(delivery, reasons.MAX_DELIVERIES, now_ms(),
-                                                 worker.policy, message))
-            return
-        worker.executor.offer(held, first)
+        log.error("dead-lettering message %r: delivered %d times", message.id,
+                  delivery.delivery_count)
+        worker.settle(held, outcome.rejected(delivery, reasons.MAX_DELIVERIES, now_ms(),
+                                             worker.policy, message))

@@ -381,4 +381,4 @@ def resident_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-__all__ = ["BlitzqError", "Stats", "Worker", "resident_mb"]
+__all__ = ["Stats", "Worker", "resident_mb"]
