@@ -19,18 +19,31 @@ _EXPORTS = {
     "Retry": "blitzq_django.engine",
     "TaskHandle": "blitzq_django.engine",
     "TaskFailed": "blitzq_django.engine",
+    "TaskCancelled": "blitzq_django.engine",
+    "TaskExpired": "blitzq_django.engine",
+    "Cancellation": "blitzq_django.engine",
     "ResultTimeout": "blitzq_django.engine",
 }
 
 __all__ = [
-    "ResultTimeout", "Retry", "TaskFailed", "TaskHandle", "__version__", "blitzq_task",
+    "Cancellation", "ResultTimeout", "Retry", "TaskCancelled", "TaskExpired", "TaskFailed",
+    "TaskHandle", "__version__", "blitzq_task",
     "current_task", "enqueue_on_commit", "get_client",
 ]
 
 if TYPE_CHECKING:
     from .conf import get_client
     from .decorators import blitzq_task
-    from .engine import ResultTimeout, Retry, TaskFailed, TaskHandle, current_task
+    from .engine import (
+        Cancellation,
+        ResultTimeout,
+        Retry,
+        TaskCancelled,
+        TaskExpired,
+        TaskFailed,
+        TaskHandle,
+        current_task,
+    )
     from .transactions import enqueue_on_commit
 
 

@@ -10,6 +10,9 @@ blitzq.E005    REDIS_URL is unparsable (bad IPv6 host, bad port) or not a
 blitzq.E006    CACHE_ALIAS names no cache, or not a Redis cache
 blitzq.E007    (deploy) Redis cannot be reached
 blitzq.E008    a REDIS_OPTIONS key that redis-py does not take (hint: the closest one)
+blitzq.E009    a RATE_LIMITS bucket name or rate that is not valid
+blitzq.E010    a ROUTES key that is not a task name glob, or value not a queue name
+blitzq.E011    a QUEUE_CONCURRENCY queue name or cap that is not valid
 blitzq.W001    ``manage.py runworker`` is another app's command (e.g. channels)
 blitzq.W002    a task uses a queue not in BLITZQ["QUEUES"]
 blitzq.W003    (deploy) BROKER is "memory": tasks never leave the process

@@ -29,7 +29,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .engine import Client, MemoryBroker, RedisBroker, TaskRegistry
-from .engine.core import limits
+from .engine.core import limits, rates
 from .engine.core.message import DEFAULT_MAX_MESSAGE_SIZE
 from .engine.core.names import name_ok
 from .engine.core.record import DEFAULT_MAX_RESULT_SIZE
@@ -62,6 +62,9 @@ DEFAULTS: dict[str, Any] = {
     "TRACK_STATE": False,
     # How long an idempotency key keeps a second enqueue from adding a message (seconds).
     "IDEMPOTENCY_TTL": 86400,
+    # How long a revocation is kept (seconds): cancel() of a queued or running message
+    # (docs/cancel.md). A worker receiving the message within it does not run it.
+    "REVOKE_TTL": 3600,
     # Encoded messages above this many bytes are refused at enqueue.
     "MAX_MESSAGE_SIZE": DEFAULT_MAX_MESSAGE_SIZE,
     # Encoded task results above this many bytes fail the attempt (ResultTooLarge).
@@ -73,8 +76,21 @@ DEFAULTS: dict[str, Any] = {
     "MAX_DELIVERIES": 5,
     # Dead letters kept per queue; the oldest are dropped beyond it.
     "DEAD_LETTER_MAX": 100_000,
+    # Append every transition of a message (enqueued, started, succeeded, retried ...)
+    # to its queue's events stream, atomically with the transition (docs/events.md).
+    "EVENTS": True,
+    # About this many events are kept per queue (the stream is capped, MAXLEN ~).
+    "EVENTS_MAXLEN": 100_000,
     # Attempts one worker runs at once (runworker --concurrency overrides it).
     "CONCURRENCY": 100,
+    # Queue -> most attempts of that queue one worker runs at once, e.g. {"reports": 2}
+    # (runworker --queue-concurrency adds to it). Queues without one share CONCURRENCY;
+    # a quiet queue is never starved by a busy one either way.
+    "QUEUE_CONCURRENCY": {},
+    # Task name glob -> queue, first match wins (e.g. {"reports.*": "slow"}). A message
+    # goes to: the call's queue= option, else ROUTES, else the task's queue=, else
+    # DEFAULT_QUEUE. runworker serves routed queues by default.
+    "ROUTES": {},
     # Seconds a stopping worker waits for running attempts before requeueing them.
     "SHUTDOWN_TIMEOUT": 30.0,
     # Extra keyword arguments for redis-py clients (e.g. {"ssl_cert_reqs": "required"}).
@@ -82,6 +98,10 @@ DEFAULTS: dict[str, Any] = {
     # Argument names (and dict keys) whose values are masked wherever task data is
     # shown: the admin, dead-letter listings. Case-insensitive, matched as substrings.
     "REDACT": list(DEFAULT_REDACT),
+    # Named rate-limit buckets shared by tasks that name them with rate_key=: bucket
+    # name -> rate, "N/s", "N/m" or "N/h" (e.g. {"stripe": "25/s"}). Enforced across all
+    # workers; a bucket holds at most N tokens. See docs/rate-limits.md.
+    "RATE_LIMITS": {},
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -104,21 +124,28 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "RESULT_TTL": ((int,), "an integer number of seconds"),
     "TRACK_STATE": ((bool,), "True or False"),
     "IDEMPOTENCY_TTL": ((int,), "an integer number of seconds"),
+    "REVOKE_TTL": ((int,), "an integer number of seconds"),
     "MAX_MESSAGE_SIZE": ((int,), "an integer number of bytes"),
     "MAX_RESULT_SIZE": ((int,), "an integer number of bytes"),
     "VISIBILITY_TIMEOUT": (_NUMBER, "a number of seconds"),
     "MAX_DELIVERIES": ((int,), "an integer"),
     "DEAD_LETTER_MAX": ((int,), "an integer"),
+    "EVENTS": ((bool,), "True or False"),
+    "EVENTS_MAXLEN": ((int,), "an integer"),
     "CONCURRENCY": ((int,), "an integer"),
+    "QUEUE_CONCURRENCY": ((dict,), "a dict of queue name -> integer"),
+    "ROUTES": ((dict,), "a dict of task name glob -> queue name"),
     "SHUTDOWN_TIMEOUT": (_NUMBER, "a number of seconds"),
     "REDIS_OPTIONS": ((dict,), "a dict"),
     "REDACT": ((list, tuple), "a list of argument names"),
+    "RATE_LIMITS": ((dict,), "a dict of bucket name -> rate like '10/s'"),
 }
 #: key -> the engine's rule for the value (type, range, finite): the same one the
 #: engine applies when it is handed the value, so the check and the use agree.
 LIMITS: dict[str, limits.Limit] = {
     "RESULT_TTL": limits.LIMITS["record_ttl"],
     "IDEMPOTENCY_TTL": limits.LIMITS["idempotency_ttl"],
+    "REVOKE_TTL": limits.LIMITS["revoke_ttl"],
     "MAX_MESSAGE_SIZE": limits.LIMITS["max_message_size"],
     "MAX_RESULT_SIZE": limits.LIMITS["max_result_size"],
     # Stricter than the engine's 0.1 s (which tests need): a lease under a second
@@ -126,6 +153,8 @@ LIMITS: dict[str, limits.Limit] = {
     "VISIBILITY_TIMEOUT": replace(limits.LIMITS["visibility_timeout"], low=1),
     "MAX_DELIVERIES": limits.LIMITS["max_deliveries"],
     "DEAD_LETTER_MAX": limits.LIMITS["dead_letter_max"],
+    # At least 1: EVENTS = False is how events are turned off.
+    "EVENTS_MAXLEN": replace(limits.LIMITS["events_maxlen"], low=1, note=""),
     "CONCURRENCY": limits.LIMITS["concurrency"],
     "SHUTDOWN_TIMEOUT": limits.LIMITS["shutdown_timeout"],
 }
@@ -164,7 +193,9 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
 
     Pure: no network. Ids are stable and documented (docs/configuration.md):
     E001 not a dict, E002 unknown key, E003 wrong type, E004 value out of range or not
-    a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS, E008 unknown REDIS_OPTIONS key.
+    a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS, E008 unknown REDIS_OPTIONS key,
+    E009 bad RATE_LIMITS bucket name or rate, E010 bad ROUTES entry, E011 bad
+    QUEUE_CONCURRENCY entry.
     """
     if user is None:
         user = user_settings()
@@ -233,9 +264,43 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
                                  "unix:///run/redis.sock?db=0."))
     if "REDIS_OPTIONS" not in bad_type:
         found += _redis_options_problems(merged["REDIS_OPTIONS"])
+    if "RATE_LIMITS" not in bad_type:
+        found += _rate_limits_problems(merged["RATE_LIMITS"])
+    if "ROUTES" not in bad_type:
+        found += [Problem("blitzq.E010", "ROUTES", f"BLITZQ['ROUTES'][{pattern!r}] {why}.",
+                          "Keys are task name globs like 'myapp.tasks.*'; values are queue "
+                          "names.")
+                  for pattern, why in _routes_problems(merged["ROUTES"])]
+    if "QUEUE_CONCURRENCY" not in bad_type:
+        found += [Problem("blitzq.E011", "QUEUE_CONCURRENCY",
+                          f"BLITZQ['QUEUE_CONCURRENCY'][{queue!r}] {why}.")
+                  for queue, why in _queue_concurrency_problems(merged["QUEUE_CONCURRENCY"])]
     alias = merged["CACHE_ALIAS"]
     if isinstance(alias, str):
         found += _cache_problems(alias, caches)
+    return found
+
+
+def _routes_problems(routes: dict[Any, Any]) -> list[tuple[Any, str]]:
+    found = []
+    for pattern, queue in routes.items():
+        if not isinstance(pattern, str) or not pattern:
+            found.append((pattern, "has a key that is not a task name glob"))
+        elif not (isinstance(queue, str) and name_ok(queue)):
+            found.append((pattern, f"is {queue!r}, not a queue name (letters, digits, '-', "
+                                   "'_', '.'; at most 100 characters)"))
+    return found
+
+
+def _queue_concurrency_problems(caps: dict[Any, Any]) -> list[tuple[Any, str]]:
+    found = []
+    for queue, cap in caps.items():
+        if not (isinstance(queue, str) and name_ok(queue)):
+            found.append((queue, "is not a queue name"))
+            continue
+        wrong = limits.problem("concurrency", cap)
+        if wrong:
+            found.append((queue, wrong))
     return found
 
 
@@ -307,6 +372,24 @@ def _redis_options_problems(options: dict[Any, Any]) -> list[Problem]:
                 f"finite number of seconds above {low:g} and up to 86400, not {value!r:.40}.",
                 "Default: 10 for socket_timeout (longer than the worker's 1 s blocking read), "
                 "5 for socket_connect_timeout."))
+    return found
+
+
+def _rate_limits_problems(buckets: dict[Any, Any]) -> list[Problem]:
+    found = []
+    for name, rate in buckets.items():
+        wrong = rates.bucket_problem(name)
+        if wrong is None:
+            try:
+                rates.as_rate(rate, f"BLITZQ['RATE_LIMITS'][{name!r}]")
+            except BlitzqError as exc:
+                wrong = str(exc)
+        else:
+            wrong = f"BLITZQ['RATE_LIMITS']: {wrong}"
+        if wrong:
+            found.append(Problem("blitzq.E009", "RATE_LIMITS", f"{wrong}.",
+                                 "For example {'stripe': '25/s', 'geocoder': '600/m'}: a count "
+                                 "over 0 per s, m or h."))
     return found
 
 
@@ -387,25 +470,36 @@ def redis_location(merged: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return url, options
 
 
+def events_maxlen(merged: dict[str, Any]) -> int:
+    """The brokers' events_maxlen: EVENTS_MAXLEN, or 0 (off) when EVENTS is False."""
+    return merged["EVENTS_MAXLEN"] if merged["EVENTS"] else 0
+
+
 def build_client(merged: dict[str, Any]) -> Client:
     """A new Client for these (already validated) settings, on the process registry."""
     try:
         if merged["BROKER"] == "memory":
             broker: Any = MemoryBroker(record_ttl=merged["RESULT_TTL"],
                                        idempotency_ttl=merged["IDEMPOTENCY_TTL"],
-                                       dead_letter_max=merged["DEAD_LETTER_MAX"])
+                                       dead_letter_max=merged["DEAD_LETTER_MAX"],
+                                       revoke_ttl=merged["REVOKE_TTL"],
+                                       events_maxlen=events_maxlen(merged))
         else:
             url, options = redis_location(merged)
             broker = RedisBroker(url, namespace=merged["NAMESPACE"],
                                  record_ttl=merged["RESULT_TTL"],
                                  idempotency_ttl=merged["IDEMPOTENCY_TTL"],
                                  dead_letter_max=merged["DEAD_LETTER_MAX"],
+                                 revoke_ttl=merged["REVOKE_TTL"],
+                                 events_maxlen=events_maxlen(merged),
                                  redis_options=options)
         return Client(broker, registry, store_results=merged["STORE_RESULTS"],
                       track_state=merged["TRACK_STATE"],
                       max_message_size=merged["MAX_MESSAGE_SIZE"],
                       max_result_size=merged["MAX_RESULT_SIZE"],
-                      default_queue=merged["DEFAULT_QUEUE"])
+                      default_queue=merged["DEFAULT_QUEUE"],
+                      routes=merged["ROUTES"],
+                      rate_limits=merged["RATE_LIMITS"])
     except BlitzqError as exc:
         raise ImproperlyConfigured(f"settings.BLITZQ: {exc}") from exc
 

@@ -37,7 +37,7 @@ R = TypeVar("R")
 TASK_OPTIONS = frozenset({
     "name", "queue", "retries", "initial_delay", "max_delay", "factor", "jitter", "retry_on",
     "dont_retry_on", "retry", "timeout", "store_result", "dead_letter", "on_failure",
-    "on_dead_letter",
+    "on_dead_letter", "expires", "priority", "unique", "rate_limit", "rate_key",
 })
 
 #: Queues named by a task's ``queue=`` option (runworker serves them by default).
@@ -59,13 +59,14 @@ class BlitzqTask(Task[P, R]):
     @property
     def call(self) -> CallOptions:
         """The per-call options of the next enqueue, with the queue resolved."""
-        if self.queue_declared or self._call.queue:
-            return self._call
+        if self.queue_declared or self._call.queue or conf.get_client().route(self.spec.name):
+            return self._call  # the client routes it (ROUTES) or it names its queue
         return self._call.merged(queue=conf.default_queue())
 
     @property
     def queue(self) -> str:
-        return self.call.queue or self.spec.queue
+        """The queue the next enqueue goes to (see ROUTES for the precedence)."""
+        return self.call.queue or conf.get_client().route(self.spec.name) or self.spec.queue
 
     def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
         """Enqueue once the current transaction on the default database commits.
@@ -94,7 +95,9 @@ def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> An
 
     name (default module.qualname), queue (default BLITZQ["DEFAULT_QUEUE"]), retries,
     initial_delay, max_delay, factor, jitter, retry_on, dont_retry_on, retry (a
-    RetryPolicy), timeout (seconds per attempt), store_result, dead_letter.
+    RetryPolicy), timeout (seconds per attempt), store_result, dead_letter, rate_limit
+    ("10/s", "100/m", "1000/h") and rate_key (a bucket of BLITZQ["RATE_LIMITS"], or a
+    callable of the task's arguments naming one; see docs/rate-limits.md).
     ``async def`` tasks run on the worker's event loop; ``def`` tasks on its thread pool.
     """
     unknown = set(options) - TASK_OPTIONS
@@ -107,7 +110,9 @@ def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> An
         spec_options = {**options, "queue": options.get("queue") or DEFAULT_QUEUE}
         where = f"@blitzq_task on {f.__module__}.{f.__qualname__}"
         try:
-            spec = conf.registry.add(TaskSpec.build(f, **spec_options))
+            spec = TaskSpec.build(f, **spec_options)
+            _check_rate_bucket(spec)
+            spec = conf.registry.add(spec)
         except ConfigurationError as exc:
             raise ImproperlyConfigured(f"{where}: {exc}") from exc
         if declared:
@@ -117,6 +122,24 @@ def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> An
         return task
 
     return wrap(func) if func is not None else wrap
+
+
+def _check_rate_bucket(spec: TaskSpec) -> None:
+    """A rate_key naming a bucket that BLITZQ["RATE_LIMITS"] lacks fails at decoration
+    (when the settings can be read then; the worker fails such messages otherwise)."""
+    key = spec.rate_key
+    if not isinstance(key, str) or spec.rate_limit is not None:
+        return
+    try:
+        user = conf.user_settings()
+    except ImproperlyConfigured:  # settings not configured yet (a script importing tasks)
+        return
+    buckets = user.get("RATE_LIMITS", {}) if isinstance(user, dict) else {}
+    if isinstance(buckets, dict) and key not in buckets:
+        known = ", ".join(sorted(map(repr, buckets))[:20]) or "none"
+        raise ConfigurationError(f"task {spec.name!r}: rate_key {key!r} names no bucket of "
+                                 f"BLITZQ['RATE_LIMITS'] (known: {known}); add it there, or "
+                                 "give the task a rate_limit")
 
 
 __all__ = ["BlitzqTask", "blitzq_task"]

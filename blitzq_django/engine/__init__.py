@@ -4,11 +4,20 @@ Public names are re-exported here; everything else is internal.
 """
 
 from .brokers import Broker, MemoryBroker, RedisBroker
-from .client import CallOptions, Client, Task, TaskFailed, TaskHandle
+from .client import (
+    CallOptions,
+    Client,
+    Task,
+    TaskCancelled,
+    TaskExpired,
+    TaskFailed,
+    TaskHandle,
+)
 from .context import TaskContext, current_task
 from .core.deadletter import DeadLetter
 from .core.message import Message
 from .core.record import Record
+from .core.registry import Cancellation
 from .core.retry import RetryPolicy
 from .core.task import TaskRegistry, TaskSpec
 from .errors import (
@@ -29,11 +38,10 @@ from .errors import (
 from .worker import Worker, WorkerConfig
 
 __all__ = [
-    "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Client",
-    "ConfigurationError", "DeadLetter", "MemoryBroker", "Message", "MessageDecodeError",
-    "MessageEncodeError", "MessageError", "MessageTooLarge", "QueueBusy", "Record",
-    "RedisBroker",
-    "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task", "TaskContext",
-    "TaskFailed", "TaskHandle",
+    "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Cancellation",
+    "Client", "ConfigurationError", "DeadLetter", "MemoryBroker", "Message",
+    "MessageDecodeError", "MessageEncodeError", "MessageError", "MessageTooLarge", "QueueBusy",
+    "Record", "RedisBroker", "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task",
+    "TaskCancelled", "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle",
     "TaskNotRegistered", "TaskRegistry", "TaskSpec", "Worker", "WorkerConfig", "current_task",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 from .client import Client
 from .core import limits
 from .core.names import name_problem
-from .errors import BlitzqError, ConfigurationError
+from .errors import BlitzqError, BrokerError, ConfigurationError
 from .supervisor import EXIT_RECYCLE, Supervisor
 from .worker import Worker, WorkerConfig
 
@@ -49,6 +49,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="queues to serve, comma-separated, repeatable (default: every known queue)")
     add("--concurrency", "-c", type=number("concurrency"), default=None,
         help="attempts running at once per process")
+    add("--queue-concurrency", action="append", default=[], metavar="QUEUE=N",
+        help="most attempts of one queue running at once, e.g. reports=2 (comma-separated, "
+             "repeatable); queues without one share --concurrency")
     add("--prefetch", type=number("prefetch"), default=None,
         help="most unacked messages a process holds (default concurrency + batch size)")
     add("--threads", type=number("threads"), default=None, help="thread pool size for def tasks")
@@ -75,6 +78,9 @@ def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = Non
     queues = parse_queues(options.get("queues") or [])
     if queues:
         values["queues"] = queues
+    caps = parse_queue_concurrency(options.get("queue_concurrency") or [])
+    if caps:
+        values["queue_concurrency"] = {**values.get("queue_concurrency", {}), **caps}
     for field in ("concurrency", "prefetch", "threads", "batch_size", "visibility_timeout",
                   "max_deliveries", "shutdown_timeout", "name"):
         if options.get(field) is not None:
@@ -96,6 +102,32 @@ def parse_queues(given: Sequence[str]) -> tuple[str, ...]:
         if problem is not None:
             raise ConfigurationError(f"--queues: {problem}")
     return tuple(dict.fromkeys(names))
+
+
+def parse_queue_concurrency(given: Sequence[str]) -> dict[str, int]:
+    """["a=10,b=2", "c=1"] -> {"a": 10, "b": 2, "c": 1}, each checked like --concurrency."""
+    caps: dict[str, int] = {}
+    for item in (i.strip() for part in given for i in part.split(",")):
+        if item:
+            queue, cap = _queue_cap(item)
+            caps[queue] = cap
+    return caps
+
+
+def _queue_cap(item: str) -> tuple[str, int]:
+    queue, sep, text = (part.strip() for part in item.partition("="))
+    problem = name_problem("queue", queue) if sep else f"{item!r} is not QUEUE=N"
+    if problem is None:
+        try:
+            cap = int(text)
+        except ValueError:
+            problem = f"{item!r}: N must be an integer"
+        else:
+            found = limits.problem("concurrency", cap)
+            problem = f"{item!r}: N {found}" if found else None
+    if problem is not None:
+        raise ConfigurationError(f"--queue-concurrency: {problem}")
+    return queue, cap
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:
@@ -136,28 +168,70 @@ def exit_code(worker: Worker) -> int:
     return code
 
 
-def _load(path: str) -> Client:
+def _resolve(path: str) -> Client | None:
+    """The Client at ``module:attribute`` (calling a factory), or None if it is not one."""
     module_name, _, attr = path.partition(":")
     value: Any = importlib.import_module(module_name)
     for part in (attr or "client").split("."):
         value = getattr(value, part)
     if callable(value) and not isinstance(value, Client):
         value = value()
-    if not isinstance(value, Client):
+    return value if isinstance(value, Client) else None
+
+
+def _load(path: str) -> Client:
+    client = _resolve(path)
+    if client is None:
         raise SystemExit(f"{path} is not a blitzq Client")
-    return value
+    return client
 
 
-def main(argv: Sequence[str] | None = None,
-         load: Callable[[str], Client] = _load) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m blitzq_django.engine")
+def _load_for_ops(path: str) -> Client:
+    """Like _load, with a bad APP as one line and exit 2 (ops_cli's bad input), not a
+    traceback."""
+    try:
+        client = _resolve(path)
+    except (ImportError, AttributeError, TypeError) as exc:  # TypeError: a factory's call
+        raise ConfigurationError(f"cannot load APP {path!r}: {exc}") from None
+    if client is None:
+        raise ConfigurationError(f"APP {path!r} is not a blitzq Client (nor a factory of one)")
+    return client
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import ops_cli  # here, not at the top: ops_cli imports number() from this module
+
+    parser = argparse.ArgumentParser(
+        prog="python -m blitzq_django.engine",
+        description="Run a blitzq worker, or look at and operate the queues (docs/cli.md).",
+        epilog="APP is module:attribute of a Client (or of a factory of one). Exit codes: "
+               "0 done, 1 not found or nothing matched, 2 usage or bad input, 3 Redis "
+               "unavailable, 4 refused.")
     sub = parser.add_subparsers(dest="command", required=True)
     worker_parser = sub.add_parser("worker", help="run a worker")
     worker_parser.add_argument("app", help="module:attribute of a Client (or a factory of one)")
     worker_parser.add_argument("--log-level", default=os.environ.get("BLITZQ_LOG_LEVEL", "INFO"))
     add_worker_arguments(worker_parser)
-    args = parser.parse_args(argv)
+    ops_cli.add_commands(sub, leaf=_add_app_argument)
+    return parser
+
+
+def _add_app_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("app", metavar="APP",
+                        help="module:attribute of a Client (or a factory of one)")
+
+
+def main(argv: Sequence[str] | None = None,
+         load: Callable[[str], Client] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.command == "worker":
+        return _run_worker(args, argv, load or _load)
+    return _run_ops(args, load or _load_for_ops)
+
+
+def _run_worker(args: argparse.Namespace, argv: list[str],
+                load: Callable[[str], Client]) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
     try:
@@ -168,3 +242,18 @@ def main(argv: Sequence[str] | None = None,
     except BlitzqError as exc:
         print(f"blitzq: {exc}", file=sys.stderr)
         return 2
+
+
+def _run_ops(args: argparse.Namespace, load: Callable[[str], Client]) -> int:
+    from . import ops_cli
+
+    console = ops_cli.Console.standard()
+    try:
+        client = load(args.app)
+    except BlitzqError as exc:  # a bad APP; or its factory could not reach Redis
+        console.note(f"blitzq: {exc}")
+        return ops_cli.EXIT_UNAVAILABLE if isinstance(exc, BrokerError) else ops_cli.EXIT_USAGE
+    try:
+        return ops_cli.execute(ops_cli.Ops(client, console), args)
+    finally:
+        client.broker.close()

@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import os
+import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from .brokers.base import Broker, Enqueue
+from .brokers.base import Broker, Enqueue, ScheduledCancel
 from .context import inherited_headers
 from .core import limits
 from .core import record as states
 from .core.deadletter import DeadLetter
-from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields
+from .core.events import Event
+from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields, pack
 from .core.names import check_name
+from .core.rates import Rate, RateLimits, rate_limits_map
 from .core.record import DEFAULT_MAX_RESULT_SIZE, Record
-from .core.registry import Purged, QueueStats, WorkerInfo
+from .core.registry import Cancellation, Purged, QueueStats, WorkerInfo
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
-from .core.validate import POLICY_OPTIONS, check, check_eta, eta_ms
+from .core.validate import (
+    POLICY_OPTIONS,
+    check,
+    check_eta,
+    check_expires,
+    eta_ms,
+    expiry_ms,
+    priority_lane,
+)
 from .errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTimeout
 
 if TYPE_CHECKING:
@@ -52,8 +65,12 @@ class Client:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         default_queue: str = DEFAULT_QUEUE,
         max_result_size: int = DEFAULT_MAX_RESULT_SIZE,
+        routes: Mapping[str, str] | None = None,
+        rate_limits: RateLimits | None = None,
     ) -> None:
         limits.check("max_result_size", max_result_size)  # an int from 1 KiB to 512 MiB
+        #: bucket name -> Rate, for tasks with a rate_key (docs/rate-limits.md)
+        self.rate_limits: dict[str, Rate] = rate_limits_map(rate_limits)
         self.broker = broker
         self.registry = registry if registry is not None else TaskRegistry()
         self.store_results = store_results
@@ -61,6 +78,9 @@ class Client:
         self.max_message_size = max_message_size
         self.max_result_size = max_result_size
         self.default_queue = check_name("queue", default_queue)
+        #: task name glob -> queue, first match wins; see route()
+        self.routes = check_routes(routes or {})
+        self._routed: dict[str, str | None] = {}
 
     # -- defining tasks ------------------------------------------------------
 
@@ -74,6 +94,25 @@ class Client:
 
         return wrap(func) if func is not None else wrap
 
+    # -- routing ---------------------------------------------------------------
+
+    def route(self, task: str) -> str | None:
+        """The queue ``routes`` send ``task`` to, or None. Precedence of a message's queue:
+        the call's ``queue=``, then ``routes``, then the task's own ``queue=``, then the
+        default queue."""
+        try:
+            return self._routed[task]
+        except KeyError:
+            queue = next((q for pattern, q in self.routes.items()
+                          if fnmatch.fnmatchcase(task, pattern)), None)
+            self._routed[task] = queue
+            return queue
+
+    def known_queues(self) -> set[str]:
+        """Every queue a task of the registry goes to (routes included), and the default."""
+        return ({self.route(spec.name) or spec.queue for spec in self.registry}
+                | {self.default_queue})
+
     # -- enqueue -------------------------------------------------------------
 
     def build(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
@@ -83,17 +122,26 @@ class Client:
         created = now_ms()
         eta_ms = call.due_ms(created)
         message_id = call.task_id or new_id()
-        queue = call.queue or spec.queue
+        queue = call.queue or (self.route(spec.name) if self.routes else None) or spec.queue
+        expires = spec.expires if call.expires is None else call.expires
+        priority = spec.priority if call.priority is None else priority_lane(call.priority)
+        unique = spec.unique if call.unique is None else call.unique
+        held = (unique_key(spec.name, args, kwargs) if unique
+                else f"id:{call.task_id}" if call.task_id else None)
         payload = encode_fields(message_id, spec.name, queue, args, kwargs, 1, created, eta_ms,
                                 call.timeout, call.idempotency_key,
                                 inherited_headers(call.headers), call.policy(),
-                                self.max_message_size)
+                                self.max_message_size,
+                                expires_ms=None if expires is None else expiry_ms(
+                                    expires, created, f"task {spec.name!r}: "),
+                                priority=priority, unique_key=held)
         record = b""
         if self.track_state:
             state = states.SCHEDULED if eta_ms else states.QUEUED
             record = Record(id=message_id, task=spec.name, queue=queue, state=state,
                             created_ms=created).to_bytes()
-        return Enqueue(queue, message_id, payload, eta_ms or 0, record, call.idempotency_key)
+        return Enqueue(queue, message_id, payload, eta_ms or 0, record, call.idempotency_key,
+                       priority=priority, unique_key=held, task=spec.name)
 
     def enqueue(self, spec: TaskSpec, args: Sequence[Any] = (),
                 kwargs: dict[str, Any] | None = None,
@@ -145,20 +193,66 @@ class Client:
 
     def get_result(self, message_id: str, timeout: float = 0.0, *,
                    queue: str | None = None) -> Record:
-        """The final record, waiting up to ``timeout`` seconds for it."""
-        queue = queue or self.default_queue
-        record = self.broker.wait_record(queue, message_id, timeout)
-        if record is None or not record.is_final:
-            raise ResultTimeout(f"no final record for {message_id!r} within {timeout} s")
-        return record
+        """The final record, waiting up to ``timeout`` seconds for it. A message that never
+        ran to an outcome raises: TaskCancelled (cancelled) or TaskExpired (expired before
+        it started); a failure's record is returned, it holds the error. ``final_record()``
+        returns the record whatever its state."""
+        return _not_withdrawn(self.final_record(message_id, timeout, queue=queue))
 
     async def aget_result(self, message_id: str, timeout: float = 0.0, *,
                           queue: str | None = None) -> Record:
+        return _not_withdrawn(await self.afinal_record(message_id, timeout, queue=queue))
+
+    def final_record(self, message_id: str, timeout: float = 0.0, *,
+                     queue: str | None = None) -> Record:
+        """The final record, whatever its state, waiting up to ``timeout`` seconds."""
+        queue = queue or self.default_queue
+        return _final(self.broker.wait_record(queue, message_id, timeout), message_id, timeout)
+
+    async def afinal_record(self, message_id: str, timeout: float = 0.0, *,
+                            queue: str | None = None) -> Record:
         queue = queue or self.default_queue
         record = await self.broker.await_record(queue, message_id, timeout)
-        if record is None or not record.is_final:
-            raise ResultTimeout(f"no final record for {message_id!r} within {timeout} s")
-        return record
+        return _final(record, message_id, timeout)
+
+    # -- cancellation ------------------------------------------------------------
+
+    def cancel(self, message_id: str, *, queue: str | None = None) -> Cancellation:
+        """Cancel a message (docs/cancel.md). Scheduled: removed and recorded cancelled
+        (certain: ``bool(result)`` is True). Queued or running: revoked, so the worker
+        that receives it records it cancelled without running it, and the one running it
+        cancels an ``async def`` attempt (a ``def`` one sees ``current_task().cancelled``).
+        Finished or unknown: nothing changes, and the result says so."""
+        queue = self._cancel_queue(message_id, queue)
+        outcome, state = self.broker.cancel(queue, message_id, self._scheduled_cancel,
+                                            self.track_state)
+        return Cancellation(message_id, queue, outcome, state)
+
+    async def acancel(self, message_id: str, *, queue: str | None = None) -> Cancellation:
+        queue = self._cancel_queue(message_id, queue)
+        outcome, state = await self.broker.acancel(queue, message_id, self._scheduled_cancel,
+                                                   self.track_state)
+        return Cancellation(message_id, queue, outcome, state)
+
+    def _cancel_queue(self, message_id: Any, queue: str | None) -> str:
+        check("task_id", message_id, "cancel: message id: ")
+        return check_name("queue", queue) if queue is not None else self.default_queue
+
+    def _scheduled_cancel(self, body: bytes) -> ScheduledCancel:
+        """The cancelled record (and unique marker) of a scheduled message being removed."""
+        try:
+            message = decode(body, max(self.max_message_size, len(body)))
+        except MessageDecodeError:
+            return ScheduledCancel()  # not a message: removed, nothing to record
+        spec = self.registry.find(message.task)
+        store = self.store_results if spec is None or spec.store_result is None \
+            else spec.store_result
+        record = b""
+        if store or self.track_state:
+            record = Record(id=message.id, task=message.task, queue=message.queue,
+                            state=states.CANCELLED, attempt=message.attempt,
+                            created_ms=message.created_ms, finished_ms=now_ms()).to_bytes()
+        return ScheduledCancel(record, message.unique_key, message.task, message.attempt)
 
     # -- operations ------------------------------------------------------------
 
@@ -186,7 +280,7 @@ class Client:
 
     def _purged(self, queue: str, counts: dict[str, int]) -> Purged:
         if counts["ready"] == -2:  # no key at all: a queue nothing ever used
-            if queue not in self.registry.queues() | {self.default_queue}:
+            if queue not in self.known_queues():
                 raise ConfigurationError(f"queue {queue!r} does not exist (it holds nothing "
                                          "and no task uses it)")
             counts = {**counts, "ready": 0}
@@ -194,6 +288,50 @@ class Client:
             raise QueueBusy(f"queue {queue!r} has {counts['in_flight']} messages in flight "
                             "(held by workers); purge with force=True to drop the rest anyway")
         return Purged(queue=queue, **counts)
+
+    # -- events (core/events.py) -------------------------------------------------------
+
+    def events(self, queue: str | None = None, *, after: str = "0", count: int = 100,
+               block_ms: int | None = None) -> list[Event]:
+        """The queue's events after cursor ``after`` ("0": from the oldest kept), oldest
+        first, at most ``count``: one call. Pass the last one's ``cursor`` as ``after`` to
+        read on. With ``block_ms``, waits up to that long while there is none; ``after="$"``
+        then means only events that come after the call (without it, "$" reads nothing)."""
+        return self.broker.events(*_event_read(queue or self.default_queue, after, count,
+                                               block_ms))
+
+    async def aevents(self, queue: str | None = None, *, after: str = "0", count: int = 100,
+                      block_ms: int | None = None) -> list[Event]:
+        return await self.broker.aevents(*_event_read(queue or self.default_queue, after,
+                                                      count, block_ms))
+
+    def read_events(self, queue: str, group: str, consumer: str, count: int = 100,
+                    block_ms: int | None = None, *, pending: bool = False) -> list[Event]:
+        """Events of consumer group ``group`` (created at the oldest kept event on first
+        use): each is delivered to one consumer of the group and stays pending until
+        ack_events(). ``pending=True`` gives again those delivered to ``consumer`` and not
+        acknowledged (what a reader that crashed had in hand)."""
+        queue, _after, count, block_ms = _event_read(queue, "0", count, block_ms)
+        return self.broker.read_events(queue, _group_name("group", group),
+                                       _group_name("consumer", consumer), count, block_ms,
+                                       pending)
+
+    async def aread_events(self, queue: str, group: str, consumer: str, count: int = 100,
+                           block_ms: int | None = None, *, pending: bool = False
+                           ) -> list[Event]:
+        queue, _after, count, block_ms = _event_read(queue, "0", count, block_ms)
+        return await self.broker.aread_events(queue, _group_name("group", group),
+                                              _group_name("consumer", consumer), count,
+                                              block_ms, pending)
+
+    def ack_events(self, queue: str, group: str, cursors: Iterable[str]) -> int:
+        """Acknowledge events read by ``group``; returns how many were pending."""
+        return self.broker.ack_events(check_name("queue", queue), _group_name("group", group),
+                                      _cursors(cursors))
+
+    async def aack_events(self, queue: str, group: str, cursors: Iterable[str]) -> int:
+        return await self.broker.aack_events(check_name("queue", queue),
+                                             _group_name("group", group), _cursors(cursors))
 
     def workers(self) -> list[WorkerInfo]:
         """The live workers of this namespace, as of their last heartbeat: one Redis call."""
@@ -227,6 +365,55 @@ class Client:
         return None
 
 
+def check_routes(routes: Any) -> dict[str, str]:
+    """A ``routes`` mapping: task name globs (strings) to valid queue names."""
+    if not isinstance(routes, Mapping):
+        raise ConfigurationError(f"routes must be a dict of task name glob -> queue, "
+                                 f"got {routes!r:.80}")
+    for pattern, queue in routes.items():
+        if not isinstance(pattern, str) or not pattern:
+            raise ConfigurationError(f"routes: a key must be a task name glob, got {pattern!r}")
+        check_name("queue", queue)
+    return dict(routes)
+
+
+_CURSOR = re.compile(r"\d{1,20}(-\d{1,20})?")
+
+
+def _event_read(queue: str, after: str, count: int, block_ms: int | None
+                ) -> tuple[str, str, int, int | None]:
+    check_name("queue", queue)
+    if not (after == "$" or (isinstance(after, str) and _CURSOR.fullmatch(after))):
+        raise ConfigurationError(f"after must be an event cursor (\"0\", \"$\" or an "
+                                 f"event's cursor, like \"1700000000000-0\"), got {after!r:.60}")
+    limits.check("event_count", count, "count")
+    if block_ms is not None:
+        limits.check("event_block_ms", block_ms, "block_ms")
+    return queue, after, count, block_ms
+
+
+def _group_name(what: str, name: str) -> str:
+    if not isinstance(name, str) or not name or len(name) > 200 or not name.isprintable() \
+            or " " in name:
+        raise ConfigurationError(f"{what} must be a name of 1 to 200 printable characters "
+                                 f"without spaces, got {name!r:.60}")
+    return name
+
+
+def _cursors(cursors: Iterable[str]) -> list[str]:
+    out = [cursors] if isinstance(cursors, str) else list(cursors)
+    bad = [c for c in out if not (isinstance(c, str) and _CURSOR.fullmatch(c))]
+    if bad:
+        raise ConfigurationError(f"not an event cursor: {bad[0]!r:.60}")
+    return out
+
+
+def unique_key(task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+    """The key ``unique=True`` holds: the task and its arguments (keyword order aside)."""
+    digest = hashlib.blake2b(pack([task, list(args), sorted(kwargs.items())]), digest_size=16)
+    return f"args:{digest.hexdigest()}"
+
+
 def _infos(blobs: Iterable[bytes]) -> list[WorkerInfo]:
     return sorted((WorkerInfo.from_bytes(b) for b in blobs), key=lambda w: w.name)
 
@@ -247,6 +434,9 @@ class CallOptions:
     max_delay: float | None = None
     factor: float | None = None
     jitter: bool | None = None
+    expires: Any = None  # seconds, a timedelta or an aware datetime
+    priority: str | None = None  # "high", "normal" or "low"
+    unique: bool | None = None
 
     def __post_init__(self) -> None:
         # The rules decode applies (validate.RULES), so a message is refused here, naming
@@ -257,6 +447,12 @@ class CallOptions:
             check_name("queue", self.queue)
         if self.eta is not None:
             check_eta(self.eta)  # its range depends on the time of enqueue: checked then
+        if self.expires is not None:
+            check_expires(self.expires)
+        if self.priority is not None:
+            priority_lane(self.priority)
+        if self.unique is not None and not isinstance(self.unique, bool):
+            raise ConfigurationError(f"unique must be True or False, got {self.unique!r}")
         for name in _CHECKED:
             value = getattr(self, name)
             if value is not None:
@@ -299,17 +495,26 @@ class TaskHandle:
         return _value(await self._client.aget_result(self.id, timeout, queue=self.queue))
 
     def record(self, timeout: float = 0.0) -> Record:
-        return self._client.get_result(self.id, timeout, queue=self.queue)
+        """The final record, whatever its state (result() raises for failures)."""
+        return self._client.final_record(self.id, timeout, queue=self.queue)
 
     def inspect(self) -> Record | None:
         return self._client.inspect(self.id, queue=self.queue)
+
+    def cancel(self) -> Cancellation:
+        """Cancel this message: see Client.cancel."""
+        return self._client.cancel(self.id, queue=self.queue)
+
+    async def acancel(self) -> Cancellation:
+        return await self._client.acancel(self.id, queue=self.queue)
 
     def __repr__(self) -> str:
         return f"<TaskHandle {self.id} on {self.queue!r}>"
 
 
 class TaskFailed(Exception):
-    """The task ended without a result: failed, dead-lettered or cancelled."""
+    """The task ended without a result: failed, dead-lettered, cancelled (TaskCancelled) or
+    expired (TaskExpired)."""
 
     def __init__(self, record: Record) -> None:
         super().__init__(f"task {record.task} {record.id} {record.state}: "
@@ -317,9 +522,40 @@ class TaskFailed(Exception):
         self.record = record
 
 
+class TaskCancelled(TaskFailed):
+    """The task was cancelled (``cancel()``): before it ran, or interrupted running."""
+
+    def __init__(self, record: Record) -> None:
+        super().__init__(record)
+        self.args = (f"task {record.task} {record.id} was cancelled",)
+
+
+class TaskExpired(TaskFailed):
+    """The task did not start before its ``expires`` time: it was dropped without running."""
+
+    def __init__(self, record: Record) -> None:
+        super().__init__(record)
+        self.args = (f"task {record.task} {record.id} expired before it started",)
+
+
+_RAISED = {states.CANCELLED: TaskCancelled, states.EXPIRED: TaskExpired}
+
+
+def _final(record: Record | None, message_id: str, timeout: float) -> Record:
+    if record is None or not record.is_final:
+        raise ResultTimeout(f"no final record for {message_id!r} within {timeout} s")
+    return record
+
+
+def _not_withdrawn(record: Record) -> Record:
+    if record.state in _RAISED:
+        raise _RAISED[record.state](record)
+    return record
+
+
 def _value(record: Record) -> Any:
     if record.state != states.SUCCEEDED:
-        raise TaskFailed(record)
+        raise _RAISED.get(record.state, TaskFailed)(record)
     return record.result
 
 

@@ -19,6 +19,18 @@ class TaskContext:
     worker: str
     #: the message's headers; they travel on to every message this attempt enqueues
     headers: dict[str, Any] = field(default_factory=dict)
+    #: what the worker flags when this attempt is cancelled: any object with a bool
+    #: ``cancelled`` attribute (the worker's entry of the attempt), read by ``cancelled``
+    _flag: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once ``cancel()`` reached this attempt while it runs. A ``def`` task cannot
+        be interrupted: a long loop should check this and stop early (whatever it returns
+        or raises is recorded as usual). An ``async def`` task gets ``CancelledError`` at
+        its next ``await`` instead, and is recorded cancelled."""
+        flag = self._flag
+        return flag is not None and bool(flag.cancelled)
 
     @property
     def correlation_id(self) -> str:

@@ -29,6 +29,7 @@ BATCH = 200  # dead letters per round trip in bulk operations
 class Filter:
     task: str | None = None  # glob on the task name
     reason: str | None = None
+    error_type: str | None = None  # the exception's class name (qualname), exactly
     older_than: float | None = None  # seconds
     newer_than: float | None = None  # seconds
 
@@ -41,11 +42,13 @@ class Filter:
     def matches(self, letter: DeadLetter) -> bool:
         if self.reason is not None and letter.reason != self.reason:
             return False
+        if self.error_type is not None and letter.error_type != self.error_type:
+            return False
         return self.task is None or fnmatch.fnmatchcase(letter.task or "", self.task)
 
     @property
     def by_score_only(self) -> bool:
-        return self.task is None and self.reason is None
+        return self.task is None and self.reason is None and self.error_type is None
 
 
 def _letters(bodies: Iterable[bytes | None]) -> list[DeadLetter]:

@@ -38,7 +38,7 @@ from blitzq_django.engine.core.message import (
 from blitzq_django.engine.core.names import check_name
 from blitzq_django.engine.core.record import DEFAULT_MAX_RESULT_SIZE
 from blitzq_django.engine.core.retry import RetryPolicy
-from blitzq_django.engine.core.validate import MAX_ATTEMPT, MAX_RETRIES
+from blitzq_django.engine.core.validate import MAX_ATTEMPT, MAX_RETRIES, MAX_TIMESTAMP_MS
 from blitzq_django.engine.redis.keys import Keyspace
 
 GOOD = [1, "id", "task", "queue", [], {}, 1, 0, None, None, None, {}, None]
@@ -170,8 +170,8 @@ def test_nesting_up_to_max_depth_round_trips_and_deeper_is_refused_both_ways() -
 
 
 def test_item_budget_is_the_same_at_encode_and_decode() -> None:
-    # 13 message fields + the args list's one element + the elements of that element.
-    at_limit = [0] * (MAX_DECODED_ITEMS - 14)
+    # 16 message fields + the args list's one element + the elements of that element.
+    at_limit = [0] * (MAX_DECODED_ITEMS - 17)
     message = Message(id="m", task="t", queue="q", args=(at_limit,))
     assert len(decode(encode(message)).args[0]) == len(at_limit)
     over = Message(id="m", task="t", queue="q", args=([*at_limit, 0],))
@@ -179,7 +179,7 @@ def test_item_budget_is_the_same_at_encode_and_decode() -> None:
         encode(over)
     with pytest.raises(MessageDecodeError, match="MAX_DECODED_ITEMS"):
         decode(pack([1, "m", "t", "q", [[*at_limit, 0]], {}, 1, 0, None, None, None, {},
-                     None]))
+                     None, None, None, None]))
 
 
 def _decode_measured(data: bytes) -> tuple[str, float, int]:
@@ -244,7 +244,8 @@ def test_encoder_refuses_what_the_decoder_refuses(attempt: int) -> None:
 
 def test_fields_at_their_bounds_decode() -> None:
     fields = [1, "order-42:retry", "t", "q", [1], {}, MAX_ATTEMPT, 1, 2, 0.5, "k", {"a": 1},
-              {"retries": MAX_RETRIES, "factor": 1, "jitter": False}]
+              {"retries": MAX_RETRIES, "factor": 1, "jitter": False}, MAX_TIMESTAMP_MS, "low",
+              "k" * 512]
     out = decode(pack(fields))
     assert (out.id, out.attempt, out.policy) == (fields[1], MAX_ATTEMPT, fields[12])
     assert unpack(encode(out)) == fields

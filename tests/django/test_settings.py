@@ -64,6 +64,16 @@ def test_defaults_are_valid() -> None:
     ({"REDIS_OPTIONS": {"socket_timeout": 0.5}}, "blitzq.E004", "socket_timeout"),
     ({"REDIS_OPTIONS": {"socket_connect_timeout": float("inf")}}, "blitzq.E004",
      "socket_connect_timeout"),
+    ({"ROUTES": {"reports.*": "bad:queue"}}, "blitzq.E010", "reports.*"),
+    ({"ROUTES": {"": "q"}}, "blitzq.E010", "ROUTES"),
+    ({"ROUTES": ["a"]}, "blitzq.E003", "ROUTES"),
+    ({"QUEUE_CONCURRENCY": {"reports": 0}}, "blitzq.E011", "reports"),
+    ({"QUEUE_CONCURRENCY": {"reports": float("nan")}}, "blitzq.E011", "reports"),
+    ({"QUEUE_CONCURRENCY": {"a b": 1}}, "blitzq.E011", "a b"),
+    ({"EVENTS": 1}, "blitzq.E003", "EVENTS"),
+    ({"EVENTS_MAXLEN": "100k"}, "blitzq.E003", "EVENTS_MAXLEN"),
+    ({"EVENTS_MAXLEN": 0}, "blitzq.E004", "EVENTS_MAXLEN"),
+    ({"EVENTS_MAXLEN": 10**12}, "blitzq.E004", "EVENTS_MAXLEN"),
 ])
 def test_each_problem_has_its_id_and_names_the_key(user: Any, expected_id: str,
                                                    named: str) -> None:
@@ -248,7 +258,27 @@ def test_max_result_size_reaches_the_client(settings: Any) -> None:
     assert conf.get_client().max_result_size == 4096
 
 
+def test_events_settings_reach_the_broker(settings: Any) -> None:
+    assert (conf.DEFAULTS["EVENTS"], conf.DEFAULTS["EVENTS_MAXLEN"]) == (True, 100_000)
+    settings.BLITZQ = {"BROKER": "memory"}
+    assert conf.get_client().broker.events_maxlen == 100_000
+    settings.BLITZQ = {"BROKER": "memory", "EVENTS_MAXLEN": 500}
+    assert conf.get_client().broker.events_maxlen == 500
+    settings.BLITZQ = {"EVENTS": False, "EVENTS_MAXLEN": 500}
+    broker = conf.get_client().broker
+    assert isinstance(broker, RedisBroker) and broker.events_maxlen == 0
+
+
 def test_redact_names_follow_the_settings(settings: Any) -> None:
     assert "password" in conf.redact_names()  # the default list
     settings.BLITZQ = {"REDACT": ["iban"]}
     assert conf.redact_names() == ("iban",)
+
+
+def test_routes_and_queue_concurrency_reach_the_client_and_runworker(settings: Any) -> None:
+    from blitzq_django.management.commands.runworker import Command
+
+    settings.BLITZQ = {"BROKER": "memory", "ROUTES": {"reports.*": "slow"},
+                       "QUEUE_CONCURRENCY": {"slow": 2}}
+    assert conf.get_client().route("reports.monthly") == "slow"
+    assert "slow" in Command._queues([], conf.get_settings())

@@ -53,7 +53,7 @@ class FaultyBroker(RedisBroker):
             raise BrokerUnavailable("reply lost by the test (Redis applied the write)")
         return replies
 
-    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[str]:
+    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[Delivery]:
         self.renewals += 1
         return await super().renew(consumer, deliveries)
 

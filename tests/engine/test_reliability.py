@@ -167,7 +167,7 @@ def test_settlement_of_a_recovered_delivery_is_refused(broker: Any) -> None:
         first = await broker.settle("stale", [Settlement(stale, DONE, h.id)], 0)
         lost = await broker.renew("stale", [stale])
         second = await broker.settle("fresh", [Settlement(fresh, DONE, h.id)], 0)
-        assert lost == [stale.entry_id]
+        assert [d.entry_id for d in lost] == [stale.entry_id]
         await broker.aclose()
         return first, second
 

@@ -22,10 +22,11 @@ class CountingConnection(redis.Connection):
         super().send_packed_command(command, check_health)
 
 
-@pytest.fixture
-def counted(redis_url: str, namespace: str, redis_client: redis.Redis) -> Any:
+@pytest.fixture(params=[100_000, 0], ids=["events", "no-events"])
+def counted(request: pytest.FixtureRequest, redis_url: str, namespace: str,
+            redis_client: redis.Redis) -> Any:
     CountingConnection.writes = 0
-    broker = RedisBroker(redis_url, namespace=namespace,
+    broker = RedisBroker(redis_url, namespace=namespace, events_maxlen=request.param,
                          redis_options={"connection_class": CountingConnection})
     yield broker
     broker.close()
@@ -64,13 +65,15 @@ def test_plain_enqueue_is_one_command(counted: RedisBroker, redis_url: str) -> N
     def t(x: int) -> None:
         return None
 
+    t.enqueue(0)  # with events on, loads the script: a NOSCRIPT costs one more trip, once
     # Connects first (the handshake is not the enqueue's cost) and names the connection
     # the enqueue will reuse.
     addr = counted.sync.client.client_info()["addr"]
     writes = CountingConnection.writes
     commands = own_commands(redis_url, addr, lambda: t.enqueue(1))
     assert CountingConnection.writes - writes == 1
-    assert commands == ["XADD"]
+    # With events on, the message and its "enqueued" event are one script call.
+    assert commands == (["EVALSHA"] if counted.events_maxlen else ["XADD"])
 
 
 @pytest.mark.parametrize(

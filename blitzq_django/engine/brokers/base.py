@@ -7,10 +7,11 @@ that the calling consumer still owns it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from ..core.events import Event
 from ..core.record import Record
 
 DONE = "done"  # acked, final record written
@@ -27,6 +28,12 @@ class Delivery(NamedTuple):
     entry_id: str
     payload: bytes | None  # None: the entry had no message field
     delivery_count: int = 1
+    priority: str | None = None  # the lane it was read from ("high", None, "low")
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """What identifies it in one worker: entry ids are unique only within one lane."""
+        return (self.queue, self.entry_id, self.priority)
 
 
 class Settlement(NamedTuple):
@@ -43,6 +50,17 @@ class Settlement(NamedTuple):
     # For the worker's failure hooks once the settlement is written; never sent to the broker.
     failure: Any = None  # Record of the failed attempt
     letter: Any = None  # DeadLetter
+    #: the message's unique key: its marker is released by a final settlement
+    #: (succeeded, failed, dead_lettered, cancelled, expired), never by retry/requeue/running
+    unique_key: str | None = None
+    # For its event (core/events.py), when the broker writes events:
+    task: str = ""
+    attempt: int = 0  # 0: unknown
+    duration_ms: int | None = None  # an attempt that ran: finished - started
+    error_type: str | None = None
+    #: write a "started" event at this time (ms) first, in the same atomic step (0: none).
+    #: RUNNING: the time of its own "started" event.
+    started_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +73,20 @@ class Enqueue:
     due_ms: int = 0  # 0: ready now
     record: bytes = b""  # first record when track_state is on
     idempotency_key: str | None = None
+    priority: str | None = None  # the lane: "high", None (normal) or "low"
+    #: while the message is unfinished, a second enqueue of this key answers with its id
+    #: (``args:<digest>`` for unique=True, ``id:<task_id>`` for a chosen task_id)
+    unique_key: str | None = None
+    task: str = ""  # for its event
+
+
+class ScheduledCancel(NamedTuple):
+    """What cancelling a scheduled message writes, built by the client from its body."""
+
+    record: bytes = b""  # the encoded cancelled record, or b"" (no record is stored)
+    unique_key: str | None = None  # its unique marker, released with it
+    task: str = ""  # for its event
+    attempt: int | None = None
 
 
 class Broker(Protocol):
@@ -80,13 +112,17 @@ class Broker(Protocol):
     # worker
     async def prepare(self, queues: Sequence[str]) -> None: ...
     async def fetch(self, queues: Sequence[str], consumer: str, count: int,
-                    block_ms: int) -> list[Delivery]: ...
+                    block_ms: int) -> list[Delivery]:
+        """Up to ``count`` deliveries, higher priority lanes first; blocks up to ``block_ms``
+        only when nothing is ready (and may then return one per lane). A worker reads one
+        queue per call: a cluster refuses reads across hash tags."""
     async def settle(self, consumer: str, settlements: Sequence[Settlement],
                      now_ms: int, token: str | None = None) -> list[bool]:
         """Write settlements; one bool each (False: not owned). A batch sent again with the
         same ``token`` answers as the first time and changes nothing."""
 
-    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[str]: ...
+    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Renew the leases; return the deliveries whose lease is lost."""
     async def recover(self, queue: str, consumer: str, min_idle_ms: int,
                       count: int) -> tuple[list[Delivery], list[str]]: ...
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]: ...
@@ -96,5 +132,43 @@ class Broker(Protocol):
     async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
         """Remove the consumers that own no pending entry and were idle longer than
         ``min_idle_ms`` (those of workers that died); return how many."""
+    async def take_tokens(self, bucket: str, capacity: float, refill_per_ms: float,
+                          wanted: int) -> tuple[int, int]:
+        """Take up to ``wanted`` tokens of a rate limit's bucket (shared by every worker):
+        (granted, ms until the rest should come back, one token interval apart)."""
+    # events (core/events.py), sync and async
+    def events(self, queue: str, after: str, count: int, block_ms: int | None) -> list[Event]:
+        """Up to ``count`` events after cursor ``after`` ("0": the oldest kept); with
+        ``block_ms``, waits up to that long for one when there is none ("$": only new)."""
+    async def aevents(self, queue: str, after: str, count: int,
+                      block_ms: int | None) -> list[Event]: ...
+    def read_events(self, queue: str, group: str, consumer: str, count: int,
+                    block_ms: int | None, pending: bool = False) -> list[Event]:
+        """Events new to consumer group ``group`` (created at the oldest kept event on first
+        use), each delivered to one of its consumers until acknowledged; ``pending``: those
+        delivered to ``consumer`` and not acknowledged yet (after a crash)."""
+    async def aread_events(self, queue: str, group: str, consumer: str, count: int,
+                           block_ms: int | None, pending: bool = False) -> list[Event]: ...
+    def ack_events(self, queue: str, group: str, cursors: Sequence[str]) -> int: ...
+    async def aack_events(self, queue: str, group: str, cursors: Sequence[str]) -> int: ...
+
+    # cancellation (docs/cancel.md)
+    def cancel(self, queue: str, message_id: str,
+               scheduled: Callable[[bytes], ScheduledCancel],
+               known: bool) -> tuple[str, str | None]:
+        """Cancel one message atomically: (outcome, state), outcome one of cancelled (it
+        was scheduled: removed, ``scheduled(body)`` written), revoked (a revocation is
+        kept and published), finished, unknown (only when ``known``: every message has a
+        record). See Cancellation."""
+    async def acancel(self, queue: str, message_id: str,
+                      scheduled: Callable[[bytes], ScheduledCancel],
+                      known: bool) -> tuple[str, str | None]: ...
+    async def revoked(self, queues: Sequence[str], now_ms: int) -> set[tuple[str, str]]:
+        """The (queue, id) of every revocation of these queues that has not expired."""
+    async def listen_revocations(self, on_revoked: Callable[[str, str], None],
+                                 on_listening: Callable[[], None]) -> None:
+        """Call ``on_revoked(queue, id)`` for each new revocation until cancelled;
+        ``on_listening()`` once it listens (nothing revoked from then on is missed)."""
+
     async def aclose(self) -> None: ...
     def close(self) -> None: ...

@@ -15,13 +15,15 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..core import events as ev
 from ..core import limits
 from ..core.deadletter import DeadLetter
 from ..core.record import Record
-from .base import DEAD, REQUEUE, RETRY, RUNNING, Delivery, Enqueue, Settlement
+from .base import DEAD, REQUEUE, RETRY, RUNNING, Delivery, Enqueue, ScheduledCancel, Settlement
 
 
 def _now_ms() -> int:
@@ -34,23 +36,85 @@ class _Pending:
     consumer: str
     count: int
     since: float  # monotonic time of the last delivery or renewal
+    priority: str | None = None
+
+
+class _Ready:
+    """A queue's ready messages: one line per priority lane, taken highest first."""
+
+    def __init__(self) -> None:
+        self.lanes: dict[str | None, deque[tuple[str, bytes]]] = {
+            "high": deque(), None: deque(), "low": deque()}
+
+    def append(self, entry: tuple[str, bytes], priority: str | None = None) -> None:
+        self.lanes[priority].append(entry)
+
+    def popleft(self) -> tuple[str, bytes, str | None]:
+        for priority, line in self.lanes.items():
+            if line:
+                entry_id, payload = line.popleft()
+                return entry_id, payload, priority
+        raise IndexError("no ready message")
+
+    def oldest_id(self) -> str | None:
+        ids = [line[0][0] for line in self.lanes.values() if line]
+        return min(ids, key=lambda i: int(i.partition("-")[0]), default=None)
+
+    def clear(self) -> None:
+        for line in self.lanes.values():
+            line.clear()
+
+    def __len__(self) -> int:
+        return sum(map(len, self.lanes.values()))
+
+    def __iter__(self) -> Iterator[tuple[str, bytes]]:
+        """Every ready (entry id, payload), highest lane first."""
+        return itertools.chain.from_iterable(self.lanes.values())
 
 
 @dataclass
 class _Queue:
-    ready: deque[tuple[str, bytes]] = field(default_factory=deque)
+    ready: _Ready = field(default_factory=_Ready)
     pending: dict[str, _Pending] = field(default_factory=dict)
     schedule: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     dead: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+
+
+@dataclass
+class _EventGroup:
+    """A consumer group of a queue's events: what it delivered, what is unacknowledged."""
+
+    last: tuple[int, int] = (0, 0)  # cursor of the last event delivered
+    pending: dict[str, str] = field(default_factory=dict)  # cursor -> consumer
+
+
+def _cursor(cursor: str) -> tuple[int, int]:
+    ms, _, seq = cursor.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class MemoryBroker:
     url = "memory://"
 
     def __init__(self, *, record_ttl: int = 86400, idempotency_ttl: int = 86400,
-                 dead_letter_max: int = 100_000) -> None:
+                 dead_letter_max: int = 100_000, revoke_ttl: int = 3600,
+                 events_maxlen: int = 100_000) -> None:
         limits.check_all(record_ttl=record_ttl, idempotency_ttl=idempotency_ttl,
-                         dead_letter_max=dead_letter_max)
+                         dead_letter_max=dead_letter_max, revoke_ttl=revoke_ttl,
+                         events_maxlen=events_maxlen)
+        #: events kept per queue (exactly: a capped line); 0: events off
+        self.events_maxlen = events_maxlen
+        self._events: dict[str, deque[ev.Event]] = {}
+        self._event_seq = itertools.count(1)
+        self._event_ms = 0  # the last event's ms: cursors only grow
+        self._event_groups: dict[tuple[str, str], _EventGroup] = {}
+        #: unique markers: (queue, unique key) -> (expiry, monotonic; id of the message)
+        self._unique_markers: dict[tuple[str, str], tuple[float, str]] = {}
+        self.revoke_ttl = revoke_ttl
+        #: revocations: (queue, id) -> expiry (wall ms); and who listens for new ones
+        self._revoked: dict[tuple[str, str], int] = {}
+        self._revocation_listeners: list[tuple[asyncio.AbstractEventLoop,
+                                               Callable[[str, str], None]]] = []
         self.record_ttl = record_ttl
         self.idempotency_ttl = idempotency_ttl
         self.dead_letter_max = dead_letter_max
@@ -100,20 +164,28 @@ class MemoryBroker:
         with self._lock:
             for item in items:
                 q = self._queue(item.queue)
-                if item.idempotency_key:
-                    held = self._unique.get((item.queue, item.idempotency_key))
+                if item.idempotency_key or item.unique_key:
+                    held = self._unique.get((item.queue, item.idempotency_key or ""))
+                    if not (held and held[0] > now) and item.unique_key:
+                        held = self._unique_markers.get((item.queue, item.unique_key))
                     if held and held[0] > now:
                         ids.append(held[1])
                         continue
-                    self._unique[(item.queue, item.idempotency_key)] = (
-                        now + self.idempotency_ttl, item.message_id)
+                    taken = (now + self.idempotency_ttl, item.message_id)
+                    if item.idempotency_key:
+                        self._unique[(item.queue, item.idempotency_key)] = taken
+                    if item.unique_key:
+                        self._unique_markers[(item.queue, item.unique_key)] = taken
                 if item.due_ms:
-                    q.schedule[item.message_id] = (item.due_ms, item.payload)
+                    q.schedule[item.message_id] = (item.due_ms, item.payload, item.priority)
                 else:
-                    q.ready.append((self._entry_id(), item.payload))
+                    q.ready.append((self._entry_id(), item.payload), item.priority)
                 if item.record:
                     expires = now + self.record_ttl
                     self._records[(item.queue, item.message_id)] = (expires, item.record)
+                if self.events_maxlen:
+                    self._append_event(item.queue, ev.SCHEDULED if item.due_ms else ev.ENQUEUED,
+                                       item.message_id, item.task)
                 ids.append(item.message_id)
             self._wake()
         return ids
@@ -186,8 +258,9 @@ class MemoryBroker:
         with self._lock:
             q = self._queue(queue)
             age = None
-            if q.ready:
-                age = max(0, _now_ms() - int(q.ready[0][0].partition("-")[0]))
+            oldest = q.ready.oldest_id()
+            if oldest is not None:
+                age = max(0, _now_ms() - int(oldest.partition("-")[0]))
             return {"ready": len(q.ready), "in_flight": len(q.pending),
                     "scheduled": len(q.schedule), "dead_letters": len(q.dead),
                     "consumers": len(self._readers.get(queue, ())),
@@ -253,6 +326,10 @@ class MemoryBroker:
                 if q.dead.pop(dead_id, None) is not None:
                     self._records.pop((queue, new_id), None)
                     q.ready.append((self._entry_id(), payload))
+                    if self.events_maxlen:
+                        head = ev.peek(payload)
+                        self._append_event(queue, ev.REPLAYED, new_id, head[1] if head else "",
+                                           attempt=1)
                     done += 1
             self._wake()
         return done
@@ -294,19 +371,8 @@ class MemoryBroker:
 
     async def fetch(self, queues: Sequence[str], consumer: str, count: int,
                     block_ms: int) -> list[Delivery]:
-        condition = self._condition()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + block_ms / 1000
-        async with condition:
-            while True:
-                out = self._take(queues, consumer, count)
-                remaining = deadline - loop.time()
-                if out or remaining <= 0:
-                    return out
-                try:
-                    await asyncio.wait_for(condition.wait(), remaining)
-                except TimeoutError:
-                    pass
+        return await self._await(lambda: self._take(queues, consumer, count), block_ms,
+                                 locked=False)
 
     def _take(self, queues: Sequence[str], consumer: str, count: int) -> list[Delivery]:
         out: list[Delivery] = []
@@ -316,9 +382,9 @@ class MemoryBroker:
                 q = self._queue(name)
                 self._readers.setdefault(name, set()).add(consumer)
                 while q.ready and len(out) < count:
-                    entry_id, payload = q.ready.popleft()
-                    q.pending[entry_id] = _Pending(payload, consumer, 1, now)
-                    out.append(Delivery(name, entry_id, payload, 1))
+                    entry_id, payload, priority = q.ready.popleft()
+                    q.pending[entry_id] = _Pending(payload, consumer, 1, now, priority)
+                    out.append(Delivery(name, entry_id, payload, 1, priority))
         return out
 
     async def settle(self, consumer: str, settlements: Sequence[Settlement],
@@ -334,14 +400,18 @@ class MemoryBroker:
                     replies.append(False)
                     continue
                 if s.kind == RUNNING:
-                    self._records[(s.delivery.queue, s.message_id)] = (expires, s.record)
+                    if s.record:
+                        self._records[(s.delivery.queue, s.message_id)] = (expires, s.record)
+                    if self.events_maxlen:
+                        self._append_event(s.delivery.queue, ev.STARTED, s.message_id, s.task,
+                                           s.started_ms or now_ms, s.attempt or None, consumer)
                     replies.append(True)
                     continue
                 del q.pending[s.delivery.entry_id]
                 if s.kind == RETRY:
-                    q.schedule[s.message_id] = (s.due_ms, s.body)
+                    q.schedule[s.message_id] = (s.due_ms, s.body, s.delivery.priority)
                 elif s.kind == REQUEUE:
-                    q.ready.append((self._entry_id(), s.body))
+                    q.ready.append((self._entry_id(), s.body), s.delivery.priority)
                 elif s.kind == DEAD:
                     q.dead[s.message_id] = s.body
                     q.dead.move_to_end(s.message_id)
@@ -349,18 +419,28 @@ class MemoryBroker:
                         q.dead.popitem(last=False)
                 if s.record:
                     self._records[(s.delivery.queue, s.message_id)] = (expires, s.record)
+                if s.unique_key and s.kind not in (RETRY, REQUEUE):  # final: release it
+                    self._release_unique(s.delivery.queue, s.message_id, s.unique_key)
+                if self.events_maxlen:
+                    queue, attempt = s.delivery.queue, s.attempt or None
+                    if s.started_ms:
+                        self._append_event(queue, ev.STARTED, s.message_id, s.task,
+                                           s.started_ms, attempt, consumer)
+                    self._append_event(queue, ev.OF_STATE.get(s.state) or s.state or s.kind,
+                                       s.message_id, s.task, now_ms, attempt, consumer,
+                                       s.duration_ms, s.error_type)
                 replies.append(True)
             self._wake()
         return replies
 
-    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[str]:
+    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[Delivery]:
         lost = []
         now = time.monotonic()
         with self._lock:
             for d in deliveries:
                 held = self._queue(d.queue).pending.get(d.entry_id)
                 if held is None or held.consumer != consumer:
-                    lost.append(d.entry_id)
+                    lost.append(d)
                 else:
                     held.since = now
         return lost
@@ -378,18 +458,25 @@ class MemoryBroker:
                 if (now - held.since) * 1000 < min_idle_ms or (held.count >= 2 and suspect):
                     continue
                 suspect = suspect or held.count >= 2
+                if self.events_maxlen and held.consumer != consumer:
+                    head = ev.peek(held.payload)
+                    self._append_event(queue, ev.RECOVERED,
+                                       head[0] if head else f"malformed:{entry_id}",
+                                       head[1] if head else "", worker=consumer)
                 held.consumer, held.count, held.since = consumer, held.count + 1, now
-                out.append(Delivery(queue, entry_id, held.payload, held.count))
+                out.append(Delivery(queue, entry_id, held.payload, held.count, held.priority))
+            if out:
+                self._wake()
         return out, []
 
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         with self._lock:
             q = self._queue(queue)
-            due = sorted((d, mid) for mid, (d, _) in q.schedule.items() if d <= now_ms)[:limit]
+            due = sorted((d, mid) for mid, (d, *_) in q.schedule.items() if d <= now_ms)[:limit]
             for _, mid in due:
-                _, payload = q.schedule.pop(mid)
-                q.ready.append((self._entry_id(), payload))
-            nxt = min((d for d, _ in q.schedule.values()), default=-1)
+                _, payload, priority = q.schedule.pop(mid)
+                q.ready.append((self._entry_id(), payload), priority)
+            nxt = min((d for d, *_ in q.schedule.values()), default=-1)
             if due:
                 self._wake()
             return len(due), nxt
@@ -399,6 +486,203 @@ class MemoryBroker:
 
     async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
         return 0  # no consumer group in memory: nothing outlives its worker
+
+    async def take_tokens(self, bucket: str, capacity: float, refill_per_ms: float,
+                          wanted: int) -> tuple[int, int]:
+        """The token bucket of rate.lua, in this process (rates.take), by the wall clock."""
+        from ..core import rates
+
+        with self._lock:
+            buckets: dict[str, rates.Bucket] = self.__dict__.setdefault("_buckets", {})
+            state, granted, wait = rates.take(buckets.get(bucket), time.time() * 1000,
+                                              capacity, refill_per_ms, wanted)
+            buckets[bucket] = state
+        return granted, wait
+
+    # -- cancellation (the steps of cancel.lua, under the lock) ------------------
+
+    def cancel(self, queue: str, message_id: str,
+               scheduled: Callable[[bytes], ScheduledCancel],
+               known: bool) -> tuple[str, str | None]:
+        with self._lock:
+            q = self._queue(queue)
+            held = q.schedule.pop(message_id, None)
+            if held is not None:
+                built = scheduled(held[1])
+                if built.record:
+                    self._records[(queue, message_id)] = (time.monotonic() + self.record_ttl,
+                                                          built.record)
+                self._release_unique(queue, message_id, built.unique_key)
+                if self.events_maxlen:
+                    self._append_event(queue, ev.CANCELLED, message_id, built.task,
+                                       attempt=built.attempt)
+                self._wake()
+                return "cancelled", "scheduled"
+            record = self._record(queue, message_id)
+            if record is not None and record.is_final:
+                return "finished", record.state
+            if record is None and message_id in q.dead:
+                return "finished", "dead_lettered"
+            if record is None and known:
+                return "unknown", None
+            now = _now_ms()
+            for key in [k for k, expiry in self._revoked.items() if expiry <= now]:
+                del self._revoked[key]
+            self._revoked[(queue, message_id)] = now + self.revoke_ttl * 1000
+            listeners = list(self._revocation_listeners)
+        for loop, on_revoked in listeners:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(on_revoked, queue, message_id)
+        return "revoked", record.state if record is not None else None
+
+    def _release_unique(self, queue: str, message_id: str, unique_key: str | None) -> None:
+        """Drop the unique marker ``unique_key`` if ``message_id`` holds it (lock held)."""
+        if unique_key:
+            held = self._unique_markers.get((queue, unique_key))
+            if held is not None and held[1] == message_id:
+                del self._unique_markers[(queue, unique_key)]
+
+    async def acancel(self, queue: str, message_id: str,
+                      scheduled: Callable[[bytes], ScheduledCancel],
+                      known: bool) -> tuple[str, str | None]:
+        return self.cancel(queue, message_id, scheduled, known)
+
+    async def revoked(self, queues: Sequence[str], now_ms: int) -> set[tuple[str, str]]:
+        with self._lock:
+            return {key for key, expiry in self._revoked.items()
+                    if expiry > now_ms and key[0] in queues}
+
+    async def listen_revocations(self, on_revoked: Callable[[str, str], None],
+                                 on_listening: Callable[[], None]) -> None:
+        """No channel in process: cancel() calls ``on_revoked`` on this loop directly."""
+        entry = (asyncio.get_running_loop(), on_revoked)
+        with self._lock:
+            self._revocation_listeners.append(entry)
+        try:
+            on_listening()
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            with self._lock:
+                self._revocation_listeners.remove(entry)
+
+    # -- events (core/events.py) -----------------------------------------------
+
+    def _append_event(self, queue: str, kind: str, message_id: str, task: str | None,
+                      time_ms: int | None = None, attempt: int | None = None,
+                      worker: str | None = None, duration_ms: int | None = None,
+                      error_type: str | None = None) -> None:
+        """Append one event to ``queue``'s line (lock held; events on). The caller wakes
+        the readers (``_wake``) once its change is complete."""
+        line = self._events.get(queue)
+        if line is None:
+            line = self._events[queue] = deque(maxlen=self.events_maxlen)
+        self._event_ms = max(self._event_ms, _now_ms())
+        line.append(ev.Event(f"{self._event_ms}-{next(self._event_seq)}", queue, kind,
+                             message_id, task or "", time_ms or _now_ms(), attempt, worker,
+                             duration_ms, error_type))
+
+    def _events_after(self, queue: str, after: tuple[int, int], count: int) -> list[ev.Event]:
+        out = []
+        for event in self._events.get(queue, ()):
+            if _cursor(event.cursor) > after:
+                out.append(event)
+                if len(out) >= count:
+                    break
+        return out
+
+    def _last_cursor(self, queue: str) -> tuple[int, int]:
+        line = self._events.get(queue)
+        return _cursor(line[-1].cursor) if line else (0, 0)
+
+    def events(self, queue: str, after: str, count: int, block_ms: int | None) -> list[ev.Event]:
+        deadline = time.monotonic() + (block_ms or 0) / 1000
+        with self._lock:
+            start = self._last_cursor(queue) if after == "$" else _cursor(after)
+            while True:
+                out = self._events_after(queue, start, count)
+                remaining = deadline - time.monotonic()
+                if out or block_ms is None or remaining <= 0:
+                    return out
+                self._changed.wait(remaining)
+
+    async def aevents(self, queue: str, after: str, count: int,
+                      block_ms: int | None) -> list[ev.Event]:
+        if block_ms is None:
+            return self.events(queue, after, count, None)
+        with self._lock:
+            start = self._last_cursor(queue) if after == "$" else _cursor(after)
+        return await self._await(lambda: self._events_after(queue, start, count), block_ms)
+
+    async def _await(self, read: Callable[[], list[Any]], block_ms: int,
+                     locked: bool = True) -> list[Any]:
+        """``read()`` (under the lock when ``locked``) until it finds something or
+        ``block_ms`` pass, woken by every change."""
+        condition = self._condition()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + block_ms / 1000
+        async with condition:
+            while True:
+                if locked:
+                    with self._lock:
+                        out = read()
+                else:
+                    out = read()
+                remaining = deadline - loop.time()
+                if out or remaining <= 0:
+                    return out
+                try:
+                    await asyncio.wait_for(condition.wait(), remaining)
+                except TimeoutError:
+                    pass
+
+    def _read_group(self, queue: str, group: str, consumer: str, count: int,
+                    pending: bool) -> list[ev.Event]:
+        """Lock held. New events for ``group`` (marked pending for ``consumer``), or with
+        ``pending`` those delivered to ``consumer`` and not acknowledged."""
+        state = self._event_groups.get((queue, group))
+        if state is None:
+            state = self._event_groups[(queue, group)] = _EventGroup()
+        if pending:
+            kept = {e.cursor: e for e in self._events.get(queue, ())
+                    if state.pending.get(e.cursor) == consumer}
+            for cursor in [c for c, who in state.pending.items()
+                           if who == consumer and c not in kept]:
+                del state.pending[cursor]  # trimmed away: nothing left to deliver
+            return sorted(kept.values(), key=lambda e: _cursor(e.cursor))[:count]
+        out = self._events_after(queue, state.last, count)
+        for event in out:
+            state.pending[event.cursor] = consumer
+        if out:
+            state.last = _cursor(out[-1].cursor)
+        return out
+
+    def read_events(self, queue: str, group: str, consumer: str, count: int,
+                    block_ms: int | None, pending: bool = False) -> list[ev.Event]:
+        deadline = time.monotonic() + (block_ms or 0) / 1000
+        with self._lock:
+            while True:
+                out = self._read_group(queue, group, consumer, count, pending)
+                remaining = deadline - time.monotonic()
+                if out or pending or block_ms is None or remaining <= 0:
+                    return out
+                self._changed.wait(remaining)
+
+    async def aread_events(self, queue: str, group: str, consumer: str, count: int,
+                           block_ms: int | None, pending: bool = False) -> list[ev.Event]:
+        if block_ms is None or pending:
+            return self.read_events(queue, group, consumer, count, None, pending)
+        return await self._await(
+            lambda: self._read_group(queue, group, consumer, count, False), block_ms)
+
+    def ack_events(self, queue: str, group: str, cursors: Sequence[str]) -> int:
+        with self._lock:
+            state = self._event_groups.get((queue, group))
+            if state is None:
+                return 0
+            return sum(state.pending.pop(c, None) is not None for c in cursors)
+
+    async def aack_events(self, queue: str, group: str, cursors: Sequence[str]) -> int:
+        return self.ack_events(queue, group, cursors)
 
     async def aclose(self) -> None:
         return None

@@ -7,20 +7,23 @@ loop); async code and workers use redis.asyncio. Both run the same ops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio
 
 from ..core import limits
-from ..core.record import Record
+from ..core.events import OF_STATE, STARTED, Event
+from ..core.events import packer as event_packer
+from ..core.record import FINAL_STATES, Record
 from ..errors import BrokerError, BrokerUnavailable
 from ..redis import ops
-from ..redis.keys import Keyspace
+from ..redis.keys import Keyspace, QueueKeys
 from ..redis.ops import Op
 from ..redis.store import (
     AsyncStore,
@@ -31,7 +34,7 @@ from ..redis.store import (
     redact,
     run_until,
 )
-from .base import Delivery, Enqueue, Settlement
+from .base import RUNNING, Delivery, Enqueue, ScheduledCancel, Settlement
 
 log = logging.getLogger("blitzq.broker")
 
@@ -39,6 +42,17 @@ RESULT_POLL_S = 5.0  # safety net under pub/sub wake-ups: a lost notification co
 #: How far past its timeout a result wait may run: the last read of the record gets this
 #: long to answer before a silent Redis counts as unavailable.
 REPLY_GRACE_S = 0.25
+#: Seconds a revocation (cancel of a queued or running message) is kept by default.
+REVOKE_TTL = 3600
+#: Events kept per queue by default (core/events.py); 0 turns events off.
+EVENTS_MAXLEN = 100_000
+#: Attempts of one cancel when a scheduled message keeps changing under it (a retry
+#: rescheduled between the read of its body and the cancel): never needed twice in practice.
+CANCEL_ROUNDS = 5
+LISTEN_POLL_S = 5.0  # a revocation listener wakes up at least this often
+
+
+_FINAL = tuple(sorted(FINAL_STATES))
 
 
 def _now_ms() -> int:
@@ -58,9 +72,15 @@ class RedisBroker:
         dead_letter_max: int = 100_000,
         redis_options: dict[str, Any] | None = None,
         sync_client: redis.Redis | None = None,
+        revoke_ttl: int = REVOKE_TTL,
+        events_maxlen: int = EVENTS_MAXLEN,
     ) -> None:
         limits.check_all(record_ttl=record_ttl, idempotency_ttl=idempotency_ttl,
-                         dead_letter_max=dead_letter_max)
+                         dead_letter_max=dead_letter_max, revoke_ttl=revoke_ttl,
+                         events_maxlen=events_maxlen)
+        #: about this many events are kept per queue (XADD MAXLEN ~); 0: events off
+        self.events_maxlen = events_maxlen
+        self.revoke_ttl = revoke_ttl
         self.url = url
         self.keys = Keyspace(namespace)
         self.record_ttl = record_ttl
@@ -95,38 +115,74 @@ class RedisBroker:
     # -- producing -----------------------------------------------------------
 
     def _enqueue_op(self, item: Enqueue) -> Op:
-        keys = self.keys.queue(item.queue)
-        if not (item.due_ms or item.record or item.idempotency_key):
+        keys = self.keys.queue(item.queue, item.priority)
+        if not (item.due_ms or item.record or item.idempotency_key or item.unique_key):
+            if self.events_maxlen:  # the message and its event: one step
+                return ops.enqueue_plain(keys, ((item.payload, item.message_id, item.task),),
+                                         events_maxlen=self.events_maxlen, now_ms=_now_ms(),
+                                         mode=self.mode)
             if self.mode == "s":
                 return ops.xadd(keys, item.payload)
             return ops.lpush(keys, item.payload)
+        return self._script_op(keys, (item,))
+
+    def _script_op(self, keys: QueueKeys, items: Sequence[Enqueue]) -> Op:
+        """One script call writing ``items`` (of the lane ``keys``), each with its event:
+        enqueue_plain.lua when none has a delay, key, record or unique key."""
+        if self.events_maxlen and not any(i.due_ms or i.record or i.idempotency_key
+                                           or i.unique_key for i in items):
+            return ops.enqueue_plain(keys, [(i.payload, i.message_id, i.task) for i in items],
+                                     events_maxlen=self.events_maxlen, now_ms=_now_ms(),
+                                     mode=self.mode)
         return ops.enqueue(
             keys,
-            payload=item.payload,
-            message_id=item.message_id,
-            due_ms=item.due_ms,
-            record=item.record,
+            [(i.payload, i.message_id, i.due_ms, i.record, i.idempotency_key, i.unique_key,
+              i.task) for i in items],
             record_ttl=self.record_ttl,
-            idempotency_key=item.idempotency_key,
             idempotency_ttl=self.idempotency_ttl,
+            events_maxlen=self.events_maxlen,
+            now_ms=_now_ms() if self.events_maxlen else 0,
             mode=self.mode,
         )
 
+    def _enqueue_plan(self, items: Sequence[Enqueue]) -> tuple[list[Op], list[list[int]]]:
+        """The ops writing ``items`` and the indexes of the items each one writes: one op
+        per item with events off (a plain message is a bare XADD), else one script call per
+        lane, every message of it atomic with its event."""
+        if not self.events_maxlen:
+            return [self._enqueue_op(i) for i in items], [[n] for n in range(len(items))]
+        lanes: dict[QueueKeys, list[int]] = {}
+        for n, item in enumerate(items):
+            lanes.setdefault(self.keys.queue(item.queue, item.priority), []).append(n)
+        return ([self._script_op(keys, [items[n] for n in indexes])
+                 for keys, indexes in lanes.items()], list(lanes.values()))
+
     @staticmethod
-    def _ids(items: Sequence[Enqueue], replies: list[Any]) -> list[str]:
+    def _ids(items: Sequence[Enqueue], plan: list[list[int]], replies: list[Any]) -> list[str]:
         # A deduplicated enqueue answers with the id already holding the key.
-        pairs = zip(items, replies, strict=True)
-        return [r[1] if isinstance(r, tuple) else i.message_id for i, r in pairs]
+        ids = [item.message_id for item in items]
+        for indexes, reply in zip(plan, replies, strict=True):
+            if type(reply) is list:  # the script's (written, id) pairs; XADD's is an entry id
+                for n, (_written, message_id) in zip(indexes, reply, strict=True):
+                    ids[n] = message_id
+        return ids
 
     def enqueue(self, items: Sequence[Enqueue]) -> list[str]:
         if len(items) == 1:
-            return self._ids(items, [self.sync.run(self._enqueue_op(items[0]))])
-        return self._ids(items, self.sync.run_many([self._enqueue_op(i) for i in items]))
+            reply = self.sync.run(self._enqueue_op(items[0]))
+            return [reply[0][1] if type(reply) is list else items[0].message_id]
+        batch, plan = self._enqueue_plan(items)
+        replies = [self.sync.run(batch[0])] if len(batch) == 1 else self.sync.run_many(batch)
+        return self._ids(items, plan, replies)
 
     async def aenqueue(self, items: Sequence[Enqueue]) -> list[str]:
         if len(items) == 1:
-            return self._ids(items, [await self.aio.run(self._enqueue_op(items[0]))])
-        return self._ids(items, await self.aio.run_many([self._enqueue_op(i) for i in items]))
+            reply = await self.aio.run(self._enqueue_op(items[0]))
+            return [reply[0][1] if type(reply) is list else items[0].message_id]
+        batch, plan = self._enqueue_plan(items)
+        replies = ([await self.aio.run(batch[0])] if len(batch) == 1
+                   else await self.aio.run_many(batch))
+        return self._ids(items, plan, replies)
 
     # -- reading state -------------------------------------------------------
 
@@ -139,11 +195,14 @@ class RedisBroker:
         return Record.from_bytes(data) if data else None
 
     def scheduled_due_ms(self, queue: str, message_id: str) -> int | None:
-        score = self.sync.run(ops.zscore(self.keys.queue(queue).schedule, message_id))
-        return None if score is None else int(score)
+        lanes = self.keys.queue(queue).lanes
+        scores = self.sync.run_many([ops.zscore(lane.schedule, message_id) for lane in lanes])
+        return next((int(score) for score in scores if score is not None), None)
 
     def scheduled_payload(self, queue: str, message_id: str) -> bytes | None:
-        return self.sync.run(ops.hget(self.keys.queue(queue).schedule_data, message_id))
+        lanes = self.keys.queue(queue).lanes
+        bodies = self.sync.run_many([ops.hget(lane.schedule_data, message_id) for lane in lanes])
+        return next((body for body in bodies if body is not None), None)
 
     def dead_letter(self, queue: str, message_id: str) -> bytes | None:
         return self.sync.run(ops.hget(self.keys.queue(queue).dead_letter_data, message_id))
@@ -236,7 +295,8 @@ class RedisBroker:
         return ops.dead_letter_ids(self.keys.queue(queue), min_ms, max_ms)
 
     def _dl_replay(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> Op:
-        return ops.replay_dead_letters(self.keys.queue(queue), items, self.mode)
+        return ops.replay_dead_letters(self.keys.queue(queue), items, self.mode,
+                                       self.events_maxlen, _now_ms())
 
 
     def dead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]:
@@ -274,22 +334,89 @@ class RedisBroker:
     async def apurge_dead_letters(self, queue: str) -> int:
         return await self.aio.run(ops.purge_dead_letters(self.keys.queue(queue)))
 
+    # -- cancellation --------------------------------------------------------
+
+    def _cancel_op(self, queue: str, message_id: str, known: bool, body: bytes,
+                   scheduled: ScheduledCancel) -> Op:
+        return ops.cancel(self.keys, queue, message_id, now_ms=_now_ms(),
+                          revoke_ttl=self.revoke_ttl, record_ttl=self.record_ttl,
+                          final_states=_FINAL, known=known, record=scheduled.record,
+                          expected=body, unique_key=scheduled.unique_key,
+                          task=scheduled.task, attempt=scheduled.attempt,
+                          events_maxlen=self.events_maxlen)
+
+    def cancel(self, queue: str, message_id: str,
+               scheduled: Callable[[bytes], ScheduledCancel],
+               known: bool) -> tuple[str, str | None]:
+        """cancel.lua; a scheduled message takes a second call, with the record built
+        from its body (see the script's header)."""
+        body, built = b"", ScheduledCancel()
+        for _ in range(CANCEL_ROUNDS):
+            outcome, detail = self.sync.run(self._cancel_op(queue, message_id, known, body,
+                                                            built))
+            if outcome != "scheduled":
+                return outcome, detail
+            body, built = detail, scheduled(detail)
+        raise BrokerError(f"could not cancel {message_id!r}: its scheduled message kept "
+                          "changing")
+
+    async def acancel(self, queue: str, message_id: str,
+                      scheduled: Callable[[bytes], ScheduledCancel],
+                      known: bool) -> tuple[str, str | None]:
+        body, built = b"", ScheduledCancel()
+        for _ in range(CANCEL_ROUNDS):
+            outcome, detail = await self.aio.run(self._cancel_op(queue, message_id, known,
+                                                                 body, built))
+            if outcome != "scheduled":
+                return outcome, detail
+            body, built = detail, scheduled(detail)
+        raise BrokerError(f"could not cancel {message_id!r}: its scheduled message kept "
+                          "changing")
+
+    async def revoked(self, queues: Sequence[str], now_ms: int) -> set[tuple[str, str]]:
+        """Every unexpired revocation of these queues: one pipelined read."""
+        replies = await self.aio.run_many([ops.revoked(self.keys.queue(q), now_ms)
+                                           for q in queues])
+        return {(q, i) for q, ids in zip(queues, replies, strict=True) for i in ids}
+
+    async def listen_revocations(self, on_revoked: Callable[[str, str], None],
+                                 on_listening: Callable[[], None]) -> None:
+        """Subscribe to the revocation channel (one connection) until cancelled."""
+        with mapped_errors(self.url):
+            pubsub = self.aio.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.keys.revocation_channel)
+                on_listening()
+                while True:
+                    # Not forever: each return lets the pubsub check its connection.
+                    message = await pubsub.get_message(timeout=LISTEN_POLL_S)
+                    if message is None or message.get("type") != "message":
+                        continue
+                    data = message["data"]
+                    queue, _, message_id = (data.decode(errors="replace")
+                                            if isinstance(data, bytes) else str(data)
+                                            ).partition(" ")
+                    if queue and message_id:
+                        on_revoked(queue, message_id)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
     # -- worker --------------------------------------------------------------
 
     async def prepare(self, queues: Sequence[str]) -> None:
         for queue in queues:
-            try:
-                await self.aio.run(ops.create_group(self.keys.queue(queue)))
-            except BrokerError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            for lane in self.keys.queue(queue).lanes:
+                try:
+                    await self.aio.run(ops.create_group(lane))
+                except BrokerError as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
 
     async def fetch(self, queues: Sequence[str], consumer: str, count: int,
                     block_ms: int) -> list[Delivery]:
-        by_stream = {self.keys.queue(q).stream: q for q in queues}
-        op = ops.read_group([self.keys.queue(q) for q in queues], consumer, count, block_ms)
         try:
-            entries = await self.aio.run(op)
+            return await self._fetch(queues, consumer, count, block_ms)
         except Exception as exc:
             if "NOGROUP" in str(exc):
                 log.error("the consumer group of %s is gone (Redis restarted without "
@@ -297,25 +424,69 @@ class RedisBroker:
                 await self.prepare(queues)
                 return []
             raise
-        return [Delivery(by_stream[s], entry_id, payload) for s, entry_id, payload in entries]
+
+    async def _fetch(self, queues: Sequence[str], consumer: str, count: int,
+                     block_ms: int) -> list[Delivery]:
+        out: list[Delivery] = []
+        for queue in queues:  # a worker passes one queue: reads may not cross hash tags
+            lanes = self.keys.queue(queue).lanes
+            for index, entry_id, payload in await self.aio.run(
+                    ops.fetch(lanes, consumer, count - len(out))):
+                out.append(Delivery(queue, entry_id, payload, 1, lanes[index].priority))
+            if len(out) >= count:
+                return out
+        if out or not block_ms:
+            return out
+        # Nothing ready: block on every lane, so a lone low message wakes the worker as
+        # soon as a normal one would. COUNT is per stream here: split it.
+        by_stream = {lane.stream: (queue, lane) for queue in queues
+                     for lane in self.keys.queue(queue).lanes}
+        lanes = [lane for _queue, lane in by_stream.values()]
+        entries = await self.aio.run(ops.read_group(lanes, consumer,
+                                                    max(1, count // len(lanes)), block_ms))
+        for stream, entry_id, payload in entries:
+            queue, lane = by_stream[stream]
+            out.append(Delivery(queue, entry_id, payload, 1, lane.priority))
+        return out
 
     async def settle(self, consumer: str, settlements: Sequence[Settlement],
                      now_ms: int, token: str | None = None) -> list[bool]:
         token = token or os.urandom(8).hex()
-        by_queue: dict[str, list[int]] = defaultdict(list)
+        by_queue: dict[tuple[str, str | None], list[int]] = defaultdict(list)
         for i, s in enumerate(settlements):
-            by_queue[s.delivery.queue].append(i)
+            by_queue[(s.delivery.queue, s.delivery.priority)].append(i)
         batch = []
-        for queue, indexes in by_queue.items():
-            keys = self.keys.queue(queue)
-            items: list[tuple[str, str, str, bytes, int, bytes, int]] = []
+        events_maxlen, of_state = self.events_maxlen, OF_STATE
+        pack = event_packer().pack if events_maxlen else None
+        for (queue, priority), indexes in by_queue.items():
+            keys = self.keys.queue(queue, priority)
+            items: list[tuple[Any, ...]] = []
             for i in indexes:
                 s = settlements[i]
-                items.append((s.kind, s.delivery.entry_id, s.message_id, s.record,
-                              int(s.notify), s.body, s.due_ms))
+                if pack is not None:
+                    # Its events, packed here (see complete.lua): its attempt's start first
+                    # when it rides on this settlement, then its own. The fields are those
+                    # of core/events.py pack(), inlined: this runs for every message.
+                    attempt = s.attempt or None
+                    if s.kind == RUNNING:
+                        event = pack([STARTED, s.message_id, s.task, s.started_ms or now_ms,
+                                      attempt, consumer, None, None])
+                        started = b""
+                    else:
+                        event = pack([of_state.get(s.state) or s.state or s.kind, s.message_id,
+                                      s.task, now_ms, attempt, consumer, s.duration_ms,
+                                      s.error_type])
+                        started = pack([STARTED, s.message_id, s.task, s.started_ms, attempt,
+                                        consumer, None, None]) if s.started_ms else b""
+                    items.append((s.kind, s.delivery.entry_id, s.message_id, s.record,
+                                  int(s.notify), s.body, s.due_ms, s.unique_key, event,
+                                  started))
+                else:
+                    items.append((s.kind, s.delivery.entry_id, s.message_id, s.record,
+                                  int(s.notify), s.body, s.due_ms, s.unique_key))
             batch.append(ops.complete(keys, consumer, items, record_ttl=self.record_ttl,
                                       dead_letter_max=self.dead_letter_max, now_ms=now_ms,
-                                      token=token))
+                                      token=token, events_maxlen=events_maxlen))
         replies = await self.aio.run_many(batch)
         settled = [False] * len(settlements)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
@@ -323,27 +494,42 @@ class RedisBroker:
                 settled[i] = ok
         return settled
 
-    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[str]:
-        by_queue: dict[str, list[str]] = defaultdict(list)
+    async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        by_lane: dict[tuple[str, str | None], dict[str, Delivery]] = defaultdict(dict)
         for d in deliveries:
-            by_queue[d.queue].append(d.entry_id)
-        batch = [ops.renew(self.keys.queue(q), consumer, ids) for q, ids in by_queue.items()]
-        lost: list[str] = []
-        for reply in await self.aio.run_many(batch):
-            lost.extend(reply)
+            by_lane[(d.queue, d.priority)][d.entry_id] = d
+        lanes = list(by_lane.items())
+        batch = [ops.renew(self.keys.queue(q, p), consumer, list(held))
+                 for (q, p), held in lanes]
+        lost: list[Delivery] = []
+        for (_lane, held), reply in zip(lanes, await self.aio.run_many(batch), strict=True):
+            lost.extend(held[entry_id] for entry_id in reply)
         return lost
 
     async def recover(self, queue: str, consumer: str, min_idle_ms: int,
                       count: int) -> tuple[list[Delivery], list[str]]:
-        keys = self.keys.queue(queue)
-        claimed, deleted = await self.aio.run(ops.recover(keys, consumer, min_idle_ms, count))
-        return [Delivery(queue, e, p or None, c) for e, p, c in claimed], deleted
+        lanes = self.keys.queue(queue).lanes
+        now = _now_ms()
+        replies = await self.aio.run_many([ops.recover(lane, consumer, min_idle_ms, count,
+                                                       self.events_maxlen, now)
+                                           for lane in lanes])
+        claimed: list[Delivery] = []
+        deleted: list[str] = []
+        for lane, (entries, gone) in zip(lanes, replies, strict=True):
+            claimed += [Delivery(queue, e, p or None, c, lane.priority) for e, p, c in entries]
+            deleted += gone
+        return claimed, deleted
 
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
-        return await self.aio.run(ops.promote(self.keys.queue(queue), now_ms, limit, self.mode))
+        lanes = self.keys.queue(queue).lanes
+        replies = await self.aio.run_many([ops.promote(lane, now_ms, limit, self.mode)
+                                           for lane in lanes])
+        due = [next_due for _moved, next_due in replies if next_due >= 0]
+        return sum(moved for moved, _ in replies), min(due, default=-1)
 
     async def retire(self, queues: Sequence[str], consumer: str) -> None:
-        await self.aio.run_many([ops.retire(self.keys.queue(q), consumer) for q in queues])
+        await self.aio.run_many([ops.retire(lane, consumer) for q in queues
+                                 for lane in self.keys.queue(q).lanes])
 
     async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int) -> None:
         await self.aio.run(ops.heartbeat(self.keys, name, info, now_ms, ttl_ms))
@@ -353,7 +539,80 @@ class RedisBroker:
 
     async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
         """Remove consumers that own nothing and were idle over min_idle_ms: dead workers'."""
-        return await self.aio.run(ops.prune(self.keys.queue(queue), min_idle_ms))
+        lanes = self.keys.queue(queue).lanes
+        return sum(await self.aio.run_many([ops.prune(lane, min_idle_ms) for lane in lanes]))
+
+    async def take_tokens(self, bucket: str, capacity: float, refill_per_ms: float,
+                          wanted: int) -> tuple[int, int]:
+        """A rate limit's token bucket, by the Redis server's clock (rate.lua)."""
+        return await self.aio.run(ops.take_tokens(self.keys, bucket, capacity, refill_per_ms,
+                                                  wanted))
+
+    # -- events (core/events.py) ---------------------------------------------
+
+    def _events_op(self, queue: str, after: str, count: int, block_ms: int | None) -> Op | None:
+        keys = self.keys.queue(queue)
+        if block_ms is None:
+            return None if after == "$" else ops.events_range(keys, queue, after, count)
+        return ops.events_read(keys, queue, after, count, block_ms)
+
+    def events(self, queue: str, after: str, count: int, block_ms: int | None) -> list[Event]:
+        """Up to ``count`` events after cursor ``after`` (XRANGE), or with ``block_ms``
+        waiting that long for one (XREAD; "$": only new ones)."""
+        op = self._events_op(queue, after, count, block_ms)
+        return self.sync.run(op) if op is not None else []
+
+    async def aevents(self, queue: str, after: str, count: int,
+                      block_ms: int | None) -> list[Event]:
+        op = self._events_op(queue, after, count, block_ms)
+        return await self.aio.run(op) if op is not None else []
+
+    def read_events(self, queue: str, group: str, consumer: str, count: int,
+                    block_ms: int | None, pending: bool = False) -> list[Event]:
+        """Events of consumer group ``group`` (XREADGROUP; the group is created at the
+        oldest kept event on first use): new ones, or with ``pending`` those delivered to
+        ``consumer`` and not acknowledged yet. Acknowledge them with ack_events()."""
+        keys, skipped = self.keys.queue(queue), []
+        op = ops.events_read_group(keys, queue, group, consumer, count, block_ms, pending,
+                                   skipped)
+        try:
+            out = self.sync.run(op)
+        except BrokerError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            with contextlib.suppress(BrokerError):  # BUSYGROUP: created meanwhile
+                self.sync.run(ops.events_group_create(keys, group))
+            out = self.sync.run(op)
+        if skipped:  # pending entries trimmed away by MAXLEN: nothing left to deliver
+            self.sync.run(ops.events_ack(keys, group, skipped))
+        return out
+
+    async def aread_events(self, queue: str, group: str, consumer: str, count: int,
+                           block_ms: int | None, pending: bool = False) -> list[Event]:
+        keys, skipped = self.keys.queue(queue), []
+        op = ops.events_read_group(keys, queue, group, consumer, count, block_ms, pending,
+                                   skipped)
+        try:
+            out = await self.aio.run(op)
+        except BrokerError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            with contextlib.suppress(BrokerError):
+                await self.aio.run(ops.events_group_create(keys, group))
+            out = await self.aio.run(op)
+        if skipped:
+            await self.aio.run(ops.events_ack(keys, group, skipped))
+        return out
+
+    def ack_events(self, queue: str, group: str, cursors: Sequence[str]) -> int:
+        if not cursors:
+            return 0
+        return self.sync.run(ops.events_ack(self.keys.queue(queue), group, cursors))
+
+    async def aack_events(self, queue: str, group: str, cursors: Sequence[str]) -> int:
+        if not cursors:
+            return 0
+        return await self.aio.run(ops.events_ack(self.keys.queue(queue), group, cursors))
 
     # -- lifecycle -----------------------------------------------------------
 

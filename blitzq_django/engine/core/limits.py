@@ -48,9 +48,16 @@ LIMITS: dict[str, Limit] = {
     # Brokers and the client.
     "record_ttl": Limit(True, 1, MAX_TTL),
     "idempotency_ttl": Limit(True, 1, MAX_TTL),
+    # How long a revocation (cancel of a queued or running message) is kept, in seconds.
+    "revoke_ttl": Limit(True, 1, MAX_TTL),
     "dead_letter_max": Limit(True, 0, 10**9),
     "max_message_size": Limit(True, 1024, MAX_BYTES),
     "max_result_size": Limit(True, 1024, MAX_BYTES),
+    # Events stream cap (XADD MAXLEN ~): about this many events kept per queue.
+    "events_maxlen": Limit(True, 0, 10**9, note=" (0 = events off)"),
+    # Longest a read of the events stream blocks: within the socket timeout, as
+    # block_timeout, or an idle read would fail as a timeout.
+    "event_block_ms": Limit(True, 1, 5000),
     # Workers. Floors of 1 ms: the worker turns these into whole milliseconds, and
     # 0 ms is "block forever" (XREADGROUP) or "every entry is idle" (recovery).
     "concurrency": Limit(True, 1, 100_000),
@@ -69,6 +76,11 @@ LIMITS: dict[str, Limit] = {
     "max_tasks": Limit(True, 0, 10**12, note=" (0 = never)"),
     "max_memory_mb": Limit(True, 0, 10**8, note=" (0 = never)"),
     "processes": Limit(True, 1, 1024),
+    # The ops command line (ops_cli.py): dead-letter filters, listings, replay pacing.
+    "age": Limit(False, 0, MAX_TTL),  # --older-than / --newer-than, in seconds
+    "list_limit": Limit(True, 1, 10**9),
+    "replay_rate": Limit(False, 0, 1_000_000, low_open=True),  # messages per second
+    "event_count": Limit(True, 1, 10_000),  # stream entries per read
 }
 
 

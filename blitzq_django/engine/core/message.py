@@ -3,7 +3,7 @@
 Wire format: one msgpack array, positional and versioned::
 
     [v, id, task, queue, args, kwargs, attempt, created_ms, eta_ms, timeout,
-     idempotency_key, headers, policy]
+     idempotency_key, headers, policy, expires_ms, priority, unique_key]
 
 New fields are appended with defaults, so an older message still decodes.
 Only plain data travels: None, bool, int (64-bit), float, str, bytes, list,
@@ -64,6 +64,9 @@ class Message:
     idempotency_key: str | None = None
     headers: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] | None = None  # per-call overrides of the task's retry policy
+    expires_ms: int | None = None  # not started by then: dropped, recorded expired
+    priority: str | None = None  # "high" or "low"; None is normal (the lane it runs in)
+    unique_key: str | None = None  # held while the message is not finished (unique=True)
 
     def next_attempt(self, eta_ms: int) -> Message:
         return replace(self, attempt=self.attempt + 1, eta_ms=eta_ms)
@@ -72,7 +75,8 @@ class Message:
 _SETTERS = tuple(Message.__dict__[name].__set__ for name in Message.__dataclass_fields__)
 if tuple(Message.__dataclass_fields__) != ("id", "task", "queue", "args", "kwargs", "attempt",
                                           "created_ms", "eta_ms", "timeout", "idempotency_key",
-                                          "headers", "policy"):
+                                          "headers", "policy", "expires_ms", "priority",
+                                          "unique_key"):
     raise RuntimeError("_message() assumes Message's field order")
 
 
@@ -248,8 +252,8 @@ def _named_values(args: Any, kwargs: dict[Any, Any], headers: Any
 def _shape_check(args: Any, kwargs: dict[Any, Any], headers: Any, policy: Any,
                  keys: bool = False) -> str | None:
     """The first argument or header the decoder would refuse, and why; or None."""
-    # Counted as decode counts: the 13 fields, the args list, and the three maps.
-    items = 13 + len(args) + 2 * (len(kwargs) + len(headers or ()) + len(policy or ()))
+    # Counted as decode counts: the 16 fields, the args list, and the three maps.
+    items = 16 + len(args) + 2 * (len(kwargs) + len(headers or ()) + len(policy or ()))
     if items > MAX_DECODED_ITEMS:
         return f"the message has over MAX_DECODED_ITEMS ({MAX_DECODED_ITEMS}) items"
     if keys and any(isinstance(k, tuple) for k in kwargs):
@@ -280,30 +284,35 @@ def encode(message: Message, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> bytes:
     """Encode a message, failing early and clearly on anything a worker could not read."""
     return encode_fields(message.id, message.task, message.queue, message.args, message.kwargs,
                          message.attempt, message.created_ms, message.eta_ms, message.timeout,
-                         message.idempotency_key, message.headers, message.policy, max_size)
+                         message.idempotency_key, message.headers, message.policy, max_size,
+                         expires_ms=message.expires_ms, priority=message.priority,
+                         unique_key=message.unique_key)
 
 
 def encode_fields(id: str, task: str, queue: str, args: Any, kwargs: dict[str, Any],
                   attempt: int, created_ms: int, eta_ms: int | None, timeout: float | None,
                   idempotency_key: str | None, headers: dict[str, Any],
-                  policy: dict[str, Any] | None, max_size: int = DEFAULT_MAX_MESSAGE_SIZE
-                  ) -> bytes:
+                  policy: dict[str, Any] | None, max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                  *, expires_ms: int | None = None, priority: str | None = None,
+                  unique_key: str | None = None) -> bytes:
     """encode() without building a Message first: the producer's hot path."""
     fields = [VERSION, id, task, queue, list(args), kwargs, attempt, created_ms, eta_ms,
-              timeout, idempotency_key, headers, policy]
+              timeout, idempotency_key, headers, policy, expires_ms, priority, unique_key]
     if kwargs and not _str_keys(kwargs):
         odd = [k for k in kwargs if type(k) is not str]
         raise MessageEncodeError(f"task {task!r}: keyword argument names must be strings, "
                                  f"not {validate.short_repr(odd)}")
     # The checks decode makes (the same gate, then the same _fields_problem), so nothing
     # a worker would dead-letter as malformed is ever written.
-    if not (eta_ms is timeout is idempotency_key is policy is None
+    if not (eta_ms is timeout is idempotency_key is policy is expires_ms is priority
+            is unique_key is None
             and type(attempt) is int and 0 < attempt <= MAX_ATTEMPT and type(created_ms) is int
             and 0 <= created_ms <= MAX_TIMESTAMP_MS and type(headers) is dict and not headers
             and type(id) is str and len(id) <= MAX_TASK_ID_LENGTH and id.isalnum()
             and type(queue) is str and queue in KNOWN_NAMES):
         problem = _fields_problem(id, queue, attempt, created_ms, eta_ms, timeout,
-                                  idempotency_key, headers, policy)
+                                  idempotency_key, headers, policy, expires_ms, priority,
+                                  unique_key)
         if problem is not None:
             raise MessageEncodeError(f"task {task!r}: {problem}")
     walked = False
@@ -354,6 +363,9 @@ def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
         raise MessageDecodeError("not a blitzq message array")
     (_v, id_, task, queue, args, kwargs, attempt, created_ms, eta_ms, timeout, key, headers,
      policy) = fields[:13]
+    # Fields appended later: absent from an older message.
+    expires_ms, priority, unique_key = (fields[13:16] + _ABSENT)[:3] if len(fields) < 16 \
+        else fields[13:16]
     if type(id_) is not str or type(task) is not str or type(queue) is not str:
         raise MessageDecodeError("id, task and queue must be strings")
     if type(args) is not list or type(kwargs) is not dict:
@@ -361,12 +373,12 @@ def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
     if kwargs and not _str_keys(kwargs):
         raise MessageDecodeError("keyword argument names must be strings")
     # The common message passes this gate; it admits only what _fields_problem admits.
-    if not (eta_ms is timeout is key is policy is None
+    if not (eta_ms is timeout is key is policy is expires_ms is priority is unique_key is None
             and type(attempt) is int and 0 < attempt <= MAX_ATTEMPT and type(created_ms) is int
             and 0 <= created_ms <= MAX_TIMESTAMP_MS and type(headers) is dict and not headers
             and len(id_) <= MAX_TASK_ID_LENGTH and id_.isalnum() and queue in KNOWN_NAMES):
         problem = _fields_problem(id_, queue, attempt, created_ms, eta_ms, timeout, key,
-                                  headers, policy)
+                                  headers, policy, expires_ms, priority, unique_key)
         if problem is not None:
             raise MessageDecodeError(problem)
     if (size > MAX_DEPTH + len(id_) + len(task) + len(queue)
@@ -375,7 +387,10 @@ def decode(data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Message:
         if problem is not None:
             raise MessageDecodeError(problem)
     return _message(id_, task, queue, args, kwargs, attempt, created_ms or 0, eta_ms, timeout,
-                    key, headers or {}, policy)
+                    key, headers or {}, policy, expires_ms, priority, unique_key)
+
+
+_ABSENT = [None, None, None]
 
 
 def _str_keys(kwargs: dict[Any, Any]) -> bool:
@@ -384,7 +399,8 @@ def _str_keys(kwargs: dict[Any, Any]) -> bool:
 
 
 def _fields_problem(id_: Any, queue: Any, attempt: Any, created_ms: Any, eta_ms: Any,
-                    timeout: Any, key: Any, headers: Any, policy: Any) -> str | None:
+                    timeout: Any, key: Any, headers: Any, policy: Any, expires_ms: Any = None,
+                    priority: Any = None, unique_key: Any = None) -> str | None:
     """Why these message fields are invalid, or None: the one check of encode and decode.
 
     A worker trusts a decoded message, so a bad option is caught here, where it
@@ -393,7 +409,8 @@ def _fields_problem(id_: Any, queue: Any, attempt: Any, created_ms: Any, eta_ms:
     checks = [("task_id", id_), ("attempt", attempt)]
     checks += [(name, value) for name, value in (
         ("created_ms", created_ms), ("eta_ms", eta_ms), ("timeout", timeout),
-        ("idempotency_key", key), ("headers", headers)) if value is not None]
+        ("idempotency_key", key), ("headers", headers), ("expires_ms", expires_ms),
+        ("priority", priority), ("unique_key", unique_key)) if value is not None]
     for name, value in checks:
         problem = validate.problem(name, value)
         if problem is not None:

@@ -14,9 +14,10 @@ RETRYING = "retrying"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 DEAD_LETTERED = "dead_lettered"
-CANCELLED = "cancelled"
+CANCELLED = "cancelled"  # cancelled (client.cancel) before it ran, or interrupted running
+EXPIRED = "expired"  # not started before its ``expires`` time: dropped without running
 
-FINAL_STATES = frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, CANCELLED})
+FINAL_STATES = frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, CANCELLED, EXPIRED})
 
 DEFAULT_MAX_RESULT_SIZE = 8 * 1024 * 1024  # bytes of one encoded result (Client.max_result_size)
 

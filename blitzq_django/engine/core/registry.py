@@ -1,4 +1,5 @@
-"""WorkerInfo and QueueStats: what operators see of the workers and the queues."""
+"""WorkerInfo, QueueStats, Purged and Cancellation: what operators see of the workers, the
+queues, and what their actions did."""
 
 from __future__ import annotations
 
@@ -53,3 +54,27 @@ class Purged:
     scheduled: int
     dead_letters: int  # 0 unless dead letters were asked for
     in_flight: int  # held by workers: never purged, they finish and settle as usual
+
+
+#: Cancellation outcomes.
+CANCELLED = "cancelled"  # it was scheduled: removed, recorded cancelled; it will not run
+REVOKED = "revoked"  # queued or running: a revocation is kept (REVOKE_TTL); see docs/cancel.md
+FINISHED = "finished"  # already final (``state`` says which): nothing changed
+UNKNOWN = "unknown"  # nothing is known of that id (track_state on): nothing changed
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """What ``client.cancel(id)`` did. True only when the cancel is certain (it was
+    scheduled, and is now removed and recorded cancelled)."""
+
+    id: str
+    queue: str
+    outcome: str  # CANCELLED | REVOKED | FINISHED | UNKNOWN
+    #: the state the message was found in: "scheduled" (cancelled), the record's state
+    #: (revoked: "queued", "running"..., or None without a record), the final state
+    #: (finished), None (unknown)
+    state: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.outcome == CANCELLED

@@ -9,8 +9,9 @@ from typing import Any
 
 from ..errors import ConfigurationError, TaskNotRegistered
 from .names import check_name
+from .rates import Rate, as_rate, check_rate_key
 from .retry import RetryPolicy
-from .validate import check
+from .validate import check, check_expires, priority_lane
 
 DEFAULT_QUEUE = "default"
 
@@ -27,6 +28,16 @@ class TaskSpec:
     is_async: bool = False
     on_failure: Callable[[Any], Any] | None = None  # called with the Record of each failed attempt
     on_dead_letter: Callable[[Any], Any] | None = None  # called with the DeadLetter
+    # Rate limits (core/rates.py, docs/rate-limits.md): runs per unit across all workers,
+    # in a bucket named by rate_key (a name, or a callable of the task's arguments
+    # returning one; its rate from the client's rate_limits unless rate_limit is given),
+    # else by the task's name.
+    rate_limit: Rate | None = None
+    rate_key: str | Callable[..., str] | None = None
+    # Default per-call options (each call may override them):
+    expires: Any = None  # seconds, timedelta or aware datetime: not started by then, dropped
+    priority: str | None = None  # lane: "high" or "low"; None is normal
+    unique: bool = False  # while one message of these arguments is unfinished, no second one
 
     @classmethod
     def build(cls, func: Callable[..., Any], **options: Any) -> TaskSpec:
@@ -52,11 +63,22 @@ class TaskSpec:
         timeout = options.get("timeout")
         if timeout is not None:
             check("timeout", timeout, f"task {name!r}: ")
+        if options.get("priority") is not None:
+            options["priority"] = priority_lane(options["priority"], f"task {name!r}: ")
+        if options.get("expires") is not None:
+            check_expires(options["expires"], f"task {name!r}: ")
+        if not isinstance(options.get("unique", False), bool):
+            raise ConfigurationError(f"task {name!r}: unique must be True or False, got "
+                                     f"{options['unique']!r}")
         if "queue" in options:
             try:
                 check_name("queue", options["queue"])
             except ConfigurationError as exc:
                 raise ConfigurationError(f"task {name!r}: {exc}") from None
+        if options.get("rate_limit") is not None:
+            options["rate_limit"] = as_rate(options["rate_limit"], f"task {name!r}: rate_limit")
+        if options.get("rate_key") is not None:
+            check_rate_key(options["rate_key"], f"task {name!r}: rate_key")
         return cls(
             name=name,
             func=func,

@@ -8,6 +8,7 @@ worker would dead-letter as malformed is refused at enqueue instead.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,9 @@ MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: last datetim
 MAX_TASK_ID_LENGTH = 200
 MAX_IDEMPOTENCY_KEY_LENGTH = 512
 POLICY_OPTIONS = ("retries", "initial_delay", "max_delay", "factor", "jitter")
+#: Priorities, highest first. Each but "normal" is a lane of its own (its own stream and
+#: schedule under the queue's hash tag); on the wire "normal" is None.
+PRIORITIES = ("high", "normal", "low")
 
 
 def _int_range(low: int, high: int) -> Callable[[Any], bool]:
@@ -59,6 +63,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                         and 0 < len(v) <= MAX_IDEMPOTENCY_KEY_LENGTH,
                         f"a string of 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters"),
     "headers": (_headers_ok, "a dict with str keys"),
+    "expires_ms": (_int_range(0, MAX_TIMESTAMP_MS), "a timestamp in ms up to year 9999"),
+    "priority": (lambda v: v in ("high", "low"), 'one of "high", "normal", "low"'),
+    "unique_key": (lambda v: isinstance(v, str) and 0 < len(v) <= MAX_IDEMPOTENCY_KEY_LENGTH,
+                   f"a string of 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters"),
     "retries": (_int_range(0, MAX_RETRIES), f"an integer from 0 to {MAX_RETRIES}"),
     "initial_delay": (_seconds(0, MAX_SECONDS), f"a number of seconds from 0 to {MAX_SECONDS}"),
     "max_delay": (_seconds(0, MAX_SECONDS), f"a number of seconds from 0 to {MAX_SECONDS}"),
@@ -116,3 +124,47 @@ def eta_ms(eta: Any, now_ms: int) -> int | None:
         raise ConfigurationError(f"eta must be at most {MAX_SECONDS} seconds from now, "
                                  f"got {eta.isoformat()}")
     return due
+
+
+def priority_lane(priority: Any, context: str = "") -> str | None:
+    """The wire value of a priority option: None for "normal", else "high" or "low"."""
+    if priority is None or priority == "normal":
+        return None
+    if isinstance(priority, str) and priority in PRIORITIES:
+        return priority
+    raise ConfigurationError(f"{context}priority must be one of {', '.join(map(repr, PRIORITIES))}"
+                             f", got {short_repr(priority)}")
+
+
+def expires_seconds_ok(value: Any) -> bool:
+    return _seconds(0, MAX_SECONDS, open_low=True)(value)
+
+
+def expiry_ms(expires: Any, now_ms: int, context: str = "") -> int:
+    """When a message given ``expires`` (seconds, a timedelta or an aware datetime) at
+    ``now_ms`` expires. Refuses naive datetimes, times in the past and non-finite numbers."""
+    if isinstance(expires, dt.timedelta):
+        expires = expires.total_seconds()
+    if isinstance(expires, dt.datetime):
+        if expires.utcoffset() is None:
+            raise ConfigurationError(f"{context}expires must be a timezone-aware datetime, "
+                                     f"got the naive {expires.isoformat()}")
+        due = int(expires.timestamp() * 1000)
+        if due <= now_ms:
+            raise ConfigurationError(f"{context}expires is in the past: {expires.isoformat()}")
+        if due - now_ms > MAX_SECONDS * 1000:
+            raise ConfigurationError(f"{context}expires must be at most {MAX_SECONDS} seconds "
+                                     f"from now, got {expires.isoformat()}")
+        return due
+    if not expires_seconds_ok(expires):
+        raise ConfigurationError(f"{context}expires must be a number of seconds over 0 and up "
+                                 f"to {MAX_SECONDS}, a timedelta or an aware datetime, got "
+                                 f"{short_repr(expires)}")
+    return now_ms + max(1, int(expires * 1000))
+
+
+def check_expires(expires: Any, context: str = "") -> Any:
+    """Check ``expires`` where it is given (decorator, options()): a datetime is checked
+    again against the clock at enqueue."""
+    expiry_ms(expires, int(time.time() * 1000), context)
+    return expires

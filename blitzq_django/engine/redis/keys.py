@@ -8,6 +8,10 @@ key                                     type      holds
 ======================================  ========  =============================================
 ``bq:{ns:queue}:s``                     stream    messages ready to run (reliable mode);
                                                   consumer group ``workers``
+``bq:{ns:queue}:hi:s`` / ``:lo:s``      stream    the same, priority high / low (each
+                                                  priority is a lane: its own stream,
+                                                  list, schedule and schedule data, with
+                                                  ``hi:``/``lo:`` before the suffix)
 ``bq:{ns:queue}:l``                     list      messages ready to run (fast mode)
 ``bq:{ns:queue}:z``                     zset      scheduled message ids (delayed, ETA, retry
                                                   backoff), scored by due time in ms
@@ -16,10 +20,27 @@ key                                     type      holds
 ``bq:{ns:queue}:dlqd``                  hash      dead-letter id -> encoded dead letter
 ``bq:{ns:queue}:r:<id>``                string    record of one message; TTL result_ttl
 ``bq:{ns:queue}:u:<key>``               string    idempotency key -> message id; TTL
+``bq:{ns:queue}:uq:<key>``              string    unique marker (unique=True, or a chosen
+                                                  task_id) -> id of the unfinished message
+                                                  holding it; deleted by its final
+                                                  settlement; TTL idempotency_ttl
+``bq:{ns:queue}:ev``                    stream    events: every transition of the queue's
+                                                  messages (core/events.py); MAXLEN ~
+                                                  events_maxlen; the same for every lane
+``bq:{ns:queue}:rv``                    zset      revocations (cancel of a queued or running
+                                                  message): id -> expiry ms (now +
+                                                  revoke_ttl); pruned by score on write
 ``bq:{ns:queue}:done:<id>``             channel   published when a final record is written
 ``bq:{ns:queue}:k:<token>``             string    receipt of one settle batch (its reply); TTL
 ``bq:{ns}:workers``                     zset      worker registry: name -> expiry of its entry
 ``bq:{ns}:w:<name>``                    string    one worker's info (WorkerInfo); TTL
+``bq:{ns}:revoked``                     channel   "<queue> <id>", published by each revocation
+                                                  (workers also re-read ``rv``, so a lost
+                                                  message still applies)
+``bq:{ns}:rl:<bucket>``                 hash      rate limit token bucket (tokens, last refill
+                                                  ms, deferral horizon ms); TTL. Shared by
+                                                  every queue, so under the namespace's tag;
+                                                  its take is an atomic step of its own
 ======================================  ========  =============================================
 """
 
@@ -34,27 +55,38 @@ GROUP = "workers"
 PREFIX = "bq"
 
 
+#: Lane of each priority (None is normal), highest first: the order workers read them in.
+LANE_PREFIXES = {"high": "hi:", None: "", "low": "lo:"}
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
-    """Key names of one queue."""
+    """Key names of one queue; those of ready and scheduled messages are per lane.
+
+    A lane is where messages of one priority wait: ``lane(priority)`` gives its keys.
+    Everything else (records, dead letters, events...) is the queue's, whatever the lane.
+    """
 
     tag: str  # "bq:{ns:queue}"
+    priority: str | None = None  # this lane's priority (None: normal)
+    stream: str = ""
+    list: str = ""
+    schedule: str = ""
+    schedule_data: str = ""
+
+    @classmethod
+    def of(cls, tag: str, priority: str | None = None) -> QueueKeys:
+        lane = f"{tag}:{LANE_PREFIXES[priority]}"
+        return cls(tag, priority, f"{lane}s", f"{lane}l", f"{lane}z", f"{lane}zd")
+
+    def lane(self, priority: str | None) -> QueueKeys:
+        """The keys of this queue's lane of ``priority`` ("high", None or "low")."""
+        return self if priority == self.priority else QueueKeys.of(self.tag, priority)
 
     @property
-    def stream(self) -> str:
-        return f"{self.tag}:s"
-
-    @property
-    def list(self) -> str:
-        return f"{self.tag}:l"
-
-    @property
-    def schedule(self) -> str:
-        return f"{self.tag}:z"
-
-    @property
-    def schedule_data(self) -> str:
-        return f"{self.tag}:zd"
+    def lanes(self) -> tuple[QueueKeys, ...]:
+        """Every lane of this queue, highest priority first."""
+        return tuple(self.lane(p) for p in LANE_PREFIXES)
 
     @property
     def dead_letters(self) -> str:
@@ -70,6 +102,20 @@ class QueueKeys:
     def unique(self, idempotency_key: str) -> str:
         return f"{self.tag}:u:{idempotency_key}"
 
+    def unique_marker(self, key: str) -> str:
+        """Held by the unfinished message of a unique key (``args:<digest>``, ``id:<id>``)."""
+        return f"{self.tag}:uq:{key}"
+
+    @property
+    def events(self) -> str:
+        """The queue's events stream (one for every lane)."""
+        return f"{self.tag}:ev"
+
+    @property
+    def revocations(self) -> str:
+        """Revoked message ids (cancelled while queued or running) -> expiry ms."""
+        return f"{self.tag}:rv"
+
     def done_channel(self, message_id: str) -> str:
         return f"{self.tag}:done:{message_id}"
 
@@ -82,13 +128,15 @@ class Keyspace:
         # Checked here, where names become keys: (ns "a", queue "b:c") must not share
         # keys with (ns "a:b", queue "c"), nor a brace break the hash tag.
         self.namespace = check_name("namespace", namespace)
-        self._queues: dict[str, QueueKeys] = {}
+        self._queues: dict[tuple[str, str | None], QueueKeys] = {}
 
-    def queue(self, name: str) -> QueueKeys:
-        keys = self._queues.get(name)
+    def queue(self, name: str, priority: str | None = None) -> QueueKeys:
+        """The keys of queue ``name`` (of its lane of ``priority``: "high", None, "low")."""
+        keys = self._queues.get((name, priority))
         if keys is None:
             check_name("queue", name)
-            keys = self._queues[name] = QueueKeys(f"{PREFIX}:{{{self.namespace}:{name}}}")
+            keys = QueueKeys.of(f"{PREFIX}:{{{self.namespace}:{name}}}", priority)
+            self._queues[(name, priority)] = keys
         return keys
 
     @property
@@ -97,6 +145,15 @@ class Keyspace:
 
     def worker(self, name: str) -> str:
         return f"{PREFIX}:{{{self.namespace}}}:w:{name}"
+
+    @property
+    def revocation_channel(self) -> str:
+        """Where each revocation is published as "<queue> <id>" (one per namespace)."""
+        return f"{PREFIX}:{{{self.namespace}}}:revoked"
+
+    def rate_bucket(self, name: str) -> str:
+        """The token bucket of a rate limit (core/rates.py checks the name's shape)."""
+        return f"{PREFIX}:{{{self.namespace}}}:rl:{name}"
 
     def all_keys_pattern(self) -> str:
         """Glob over every key of this namespace (for purge in tests and tools).

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from ..core import events
+from ..core.events import Event
 from . import scripts
 from .keys import GROUP, Keyspace, QueueKeys
 from .scripts import Script
@@ -50,27 +52,55 @@ def lpush(keys: QueueKeys, payload: bytes) -> Op:
     return Op(command=("LPUSH", keys.list, payload))
 
 
+#: One message for enqueue(): (payload, message id, due ms or 0, record or b"",
+#: idempotency key or None, unique key or None, task name).
+EnqueueItem = tuple[bytes, str, int, bytes, "str | None", "str | None", str]
+
+
 def enqueue(
     keys: QueueKeys,
+    items: Sequence[EnqueueItem],
     *,
-    payload: bytes,
-    message_id: str,
-    due_ms: int = 0,
-    record: bytes = b"",
-    record_ttl: int = 0,
-    idempotency_key: str | None = None,
-    idempotency_ttl: int = 0,
+    record_ttl: int,
+    idempotency_ttl: int,
+    events_maxlen: int = 0,
+    now_ms: int = 0,
     mode: str = "s",
 ) -> Op:
-    unique = keys.unique(idempotency_key) if idempotency_key else keys.unique("-")
-    return Op(
-        script=scripts.ENQUEUE,
-        keys=(keys.stream if mode == "s" else keys.list, keys.schedule, keys.schedule_data,
-              keys.record(message_id), unique),
-        args=(payload, message_id, due_ms, record, record_ttl,
-              idempotency_ttl if idempotency_key else "", mode),
-        parse=lambda reply: (bool(reply[0]), _text(reply[1])),
-    )
+    """Messages of one lane in one call (enqueue.lua), each atomic with its event; parsed
+    to [(written, id)]: the id already holding the key when not written."""
+    op_keys: list[str] = [keys.stream if mode == "s" else keys.list, keys.schedule,
+                          keys.schedule_data, keys.events]
+    args: list[Arg] = [mode, record_ttl, idempotency_ttl, events_maxlen, ""]
+    unused = keys.unique("-")
+    pack = events.packer().pack
+    for payload, message_id, due_ms, record, idempotency_key, unique_key, task in items:
+        op_keys += (keys.record(message_id),
+                    keys.unique(idempotency_key) if idempotency_key else unused,
+                    keys.unique_marker(unique_key) if unique_key else unused)
+        flags = ("i" if idempotency_key else "") + ("u" if unique_key else "")
+        event = pack([events.SCHEDULED if due_ms else events.ENQUEUED, message_id, task,
+                      now_ms, None, None, None, None]) if events_maxlen else b""
+        args += (payload, message_id, due_ms, record, flags, event)
+
+    def parse(reply: Any) -> list[tuple[bool, str]]:
+        return [(bool(reply[i]), _text(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+    return Op(script=scripts.ENQUEUE, keys=op_keys, args=args, parse=parse)
+
+
+def enqueue_plain(keys: QueueKeys, items: Sequence[tuple[bytes, str, str]], *,
+                  events_maxlen: int, now_ms: int, mode: str = "s") -> Op:
+    """Plain messages of one lane with their "enqueued" events (enqueue_plain.lua): items
+    are (payload, message id, task); parsed to how many were written."""
+    args: list[Arg] = [mode, events_maxlen]
+    pack = events.packer().pack
+    for payload, message_id, task in items:
+        args += (payload, pack([events.ENQUEUED, message_id, task, now_ms, None, None, None,
+                                None]))
+    return Op(script=scripts.ENQUEUE_PLAIN,
+              keys=(keys.stream if mode == "s" else keys.list, keys.events), args=args,
+              parse=int)
 
 
 def create_group(keys: QueueKeys) -> Op:
@@ -84,12 +114,35 @@ def create_group(keys: QueueKeys) -> Op:
 def read_group(
     queue_keys: Sequence[QueueKeys], consumer: str, count: int, block_ms: int | None
 ) -> Op:
-    """XREADGROUP over several queues; reply parsed to [(stream, entry id, payload)]."""
+    """XREADGROUP over several streams (lanes); reply parsed to [(stream, entry id, payload)].
+
+    COUNT applies to each stream: this is the blocking read of an idle queue, where any
+    lane's first message must wake the worker. Under a backlog, fetch() reads instead.
+    """
     command: list[Arg] = ["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count]
     if block_ms is not None:
         command += ["BLOCK", block_ms]
     command += ["STREAMS", *(k.stream for k in queue_keys), *(">" for _ in queue_keys)]
     return Op(command=tuple(command), parse=_parse_read)
+
+
+def fetch(lanes: Sequence[QueueKeys], consumer: str, count: int) -> Op:
+    """Up to ``count`` new entries of one queue, highest lane first, without blocking;
+    parsed to [(lane index, entry id, payload)]."""
+    def parse(reply: Any) -> list[tuple[int, str, bytes | None]]:
+        out: list[tuple[int, str, bytes | None]] = []
+        for index, entries in reply:
+            for entry_id, fields in entries:
+                if type(fields) is list and len(fields) == 2 and fields[0] == b"m":
+                    payload = fields[1]
+                else:
+                    payload = _field(fields, b"m")
+                out.append((index - 1, entry_id.decode() if type(entry_id) is bytes
+                            else entry_id, payload))
+        return out
+
+    return Op(script=scripts.FETCH, keys=tuple(k.stream for k in lanes),
+              args=(GROUP, consumer, count), parse=parse)
 
 
 def _parse_read(reply: Any) -> list[tuple[str, str, bytes | None]]:
@@ -124,14 +177,17 @@ def _field(fields: Any, name: bytes) -> bytes | None:
 def complete(
     keys: QueueKeys,
     consumer: str,
-    items: Sequence[tuple[str, str, str, bytes, int, bytes, int]],
+    items: Sequence[tuple[Any, ...]],
     *,
     record_ttl: int,
     dead_letter_max: int,
     now_ms: int,
     token: str,
+    events_maxlen: int = 0,
 ) -> Op:
-    """Settle deliveries: items are (kind, entry id, message id, record, notify, body, due).
+    """Settle deliveries: items are (kind, entry id, message id, record, notify, body, due,
+    unique key), and with events on also (event kind, task, attempt, duration ms, error
+    type, started ms): see complete.lua.
 
     ``token`` names this batch: sent again with the same token, it answers as the first
     time and changes nothing.
@@ -139,11 +195,12 @@ def complete(
     return Op(
         script=scripts.COMPLETE,
         keys=(keys.stream, keys.schedule, keys.schedule_data, keys.dead_letters,
-              keys.dead_letter_data, keys.receipt(token)),
+              keys.dead_letter_data, keys.receipt(token), keys.events),
         args=(GROUP, consumer, record_ttl, dead_letter_max, now_ms, keys.record(""),
               # Old-style msgpack (no bin type): Redis's Lua cmsgpack cannot read bin.
               keys.done_channel(""), msgpack.packb(items, use_bin_type=False),
-              *_id_range([item[1] for item in items]), RECEIPT_TTL_S),
+              *_id_range([item[1] for item in items]), RECEIPT_TTL_S, events_maxlen,
+              keys.unique_marker("")),
         parse=lambda reply: [bool(r) for r in reply],
     )
 
@@ -165,15 +222,16 @@ def renew(keys: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Op:
     )
 
 
-def recover(keys: QueueKeys, consumer: str, min_idle_ms: int, count: int) -> Op:
+def recover(keys: QueueKeys, consumer: str, min_idle_ms: int, count: int,
+            events_maxlen: int = 0, now_ms: int = 0) -> Op:
     def parse(reply: Any) -> tuple[list[tuple[str, bytes, int]], list[str]]:
         claimed = [(_text(e[0]), e[1], int(e[2])) for e in reply[0]]
         return claimed, [_text(d) for d in reply[1]]
 
     return Op(
         script=scripts.RECOVER,
-        keys=(keys.stream,),
-        args=(GROUP, consumer, min_idle_ms, count),
+        keys=(keys.stream, keys.events),
+        args=(GROUP, consumer, min_idle_ms, count, events_maxlen, now_ms),
         parse=parse,
     )
 
@@ -195,6 +253,15 @@ def prune(keys: QueueKeys, min_idle_ms: int) -> Op:
     return Op(script=scripts.PRUNE, keys=(keys.stream,), args=(GROUP, min_idle_ms), parse=int)
 
 
+def take_tokens(keyspace: Keyspace, bucket: str, capacity: float, refill_per_ms: float,
+                wanted: int) -> Op:
+    """Take up to ``wanted`` tokens of a rate limit's bucket: (granted, wait ms for the
+    rest, one token interval apart). See rate.lua."""
+    return Op(script=scripts.RATE, keys=(keyspace.rate_bucket(bucket),),
+              args=(capacity, refill_per_ms, wanted),
+              parse=lambda reply: (int(reply[0]), int(reply[1])))
+
+
 # -- dead letters -------------------------------------------------------------
 
 
@@ -209,14 +276,18 @@ def dead_letter_bodies(keys: QueueKeys, ids: Sequence[str]) -> Op:
 
 
 def replay_dead_letters(keys: QueueKeys, items: Sequence[tuple[str, str, bytes]],
-                        mode: str = "s") -> Op:
+                        mode: str = "s", events_maxlen: int = 0, now_ms: int = 0) -> Op:
     """Items are (dead letter id, id of the message to enqueue, its encoding)."""
-    args: list[Arg] = ["replay", mode]
-    for dead_id, _new_id, payload in items:
-        args += [dead_id, payload]
+    args: list[Arg] = ["replay", mode, events_maxlen]
+    for dead_id, new_id, payload in items:
+        head = events.peek(payload) if events_maxlen else None
+        event = events.pack(events.REPLAYED, new_id, head[1] if head else "", now_ms,
+                            1) if events_maxlen else b""
+        args += [dead_id, payload, event]
     return Op(script=scripts.DEAD_LETTERS,
               keys=(keys.stream if mode == "s" else keys.list, keys.dead_letters,
-                    keys.dead_letter_data, *(keys.record(new_id) for _, new_id, _ in items)),
+                    keys.dead_letter_data, keys.events,
+                    *(keys.record(new_id) for _, new_id, _ in items)),
               args=args, parse=int)
 
 
@@ -230,6 +301,43 @@ def purge_dead_letters(keys: QueueKeys) -> Op:
     return Op(script=scripts.DEAD_LETTERS,
               keys=(keys.stream, keys.dead_letters, keys.dead_letter_data),
               args=("purge", "s"), parse=int)
+
+
+# -- cancellation ------------------------------------------------------------
+
+
+def cancel(keyspace: Keyspace, queue: str, message_id: str, *, now_ms: int,
+           revoke_ttl: int, record_ttl: int, final_states: Sequence[str], known: bool,
+           record: bytes = b"", expected: bytes = b"", unique_key: str | None = None,
+           task: str = "", attempt: int | None = None, events_maxlen: int = 0) -> Op:
+    """Cancel one message (cancel.lua): reply parsed to (outcome, detail), where detail is
+    the scheduled body when the outcome is "scheduled" (call again with it as
+    ``expected``), else the state found (or None)."""
+    keys = keyspace.queue(queue)
+
+    def parse(reply: Any) -> tuple[str, Any]:
+        outcome, detail = _text(reply[0]), reply[1]
+        if outcome == "scheduled":
+            return outcome, detail
+        return outcome, _text(detail) or None
+
+    schedules = [key for lane in keys.lanes for key in (lane.schedule, lane.schedule_data)]
+    return Op(
+        script=scripts.CANCEL,
+        keys=(keys.record(message_id), keys.revocations, keys.dead_letter_data,
+              keys.unique_marker(unique_key or "-"), keys.events, *schedules),
+        args=(message_id, now_ms, now_ms + revoke_ttl * 1000, record_ttl, record, expected,
+              keyspace.revocation_channel, f"{queue} {message_id}", "1" if known else "0",
+              " ".join(final_states), keys.done_channel(message_id), events_maxlen, task,
+              "" if attempt is None else attempt),
+        parse=parse,
+    )
+
+
+def revoked(keys: QueueKeys, now_ms: int) -> Op:
+    """Ids of the queue's revocations that have not expired."""
+    return Op(command=("ZRANGEBYSCORE", keys.revocations, now_ms, "+inf"),
+              parse=lambda reply: [_text(r) for r in reply])
 
 
 # -- reading state -----------------------------------------------------------
@@ -273,7 +381,8 @@ def stats(keys: QueueKeys, now_ms: int) -> Op:
                 "dead_letters": dead, "consumers": consumers,
                 "oldest_ready_age_ms": age if age >= 0 else None}
 
-    return Op(script=scripts.STATS, keys=(keys.stream, keys.schedule, keys.dead_letters),
+    lanes = [key for lane in keys.lanes for key in (lane.stream, lane.schedule)]
+    return Op(script=scripts.STATS, keys=(keys.dead_letters, *lanes),
               args=(GROUP, now_ms), parse=parse)
 
 
@@ -285,7 +394,70 @@ def purge(keys: QueueKeys, force: bool, dead_letters: bool) -> Op:
         return {"ready": ready, "scheduled": scheduled, "dead_letters": dead,
                 "in_flight": in_flight}
 
-    return Op(script=scripts.PURGE,
-              keys=(keys.stream, keys.schedule, keys.schedule_data, keys.dead_letters,
-                    keys.dead_letter_data),
+    lanes = [key for lane in keys.lanes
+             for key in (lane.stream, lane.schedule, lane.schedule_data)]
+    return Op(script=scripts.PURGE, keys=(keys.dead_letters, keys.dead_letter_data, *lanes),
               args=(GROUP, int(force), int(dead_letters)), parse=parse)
+
+
+# -- events ------------------------------------------------------------------------
+
+
+def _events_of(queue: str, entries: Any, skipped: list[str] | None = None) -> list[Event]:
+    out: list[Event] = []
+    for cursor, fields in entries:
+        cursor = _text(cursor)
+        data = _field(fields, b"e") if fields else None
+        event = events.parse(cursor, queue, data) if data else None
+        if event is not None:
+            out.append(event)
+        elif skipped is not None:
+            skipped.append(cursor)  # trimmed away (a pending entry) or not an event
+    return out
+
+
+def _parse_streams(queue: str, skipped: list[str] | None = None
+                   ) -> Callable[[Any], list[Event]]:
+    def parse(reply: Any) -> list[Event]:
+        if not reply:
+            return []
+        # RESP2 gives a list of [stream, entries]; RESP3 a dict.
+        items = reply.items() if isinstance(reply, dict) else reply
+        return [e for _stream, entries in items for e in _events_of(queue, entries, skipped)]
+
+    return parse
+
+
+def events_range(keys: QueueKeys, queue: str, after: str, count: int) -> Op:
+    """Up to ``count`` events after cursor ``after`` ("0": from the oldest kept)."""
+    start = "-" if after in ("0", "0-0", "-") else f"({after}"
+    return Op(command=("XRANGE", keys.events, start, "+", "COUNT", count),
+              parse=lambda reply: _events_of(queue, reply or []))
+
+
+def events_read(keys: QueueKeys, queue: str, after: str, count: int, block_ms: int) -> Op:
+    """XREAD: events after ``after`` ("$": only new ones), waiting up to ``block_ms``."""
+    return Op(command=("XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", keys.events,
+                       after), parse=_parse_streams(queue))
+
+
+def events_group_create(keys: QueueKeys, group: str) -> Op:
+    # From id 0: a new group (a history writer) reads every event still kept.
+    return Op(command=("XGROUP", "CREATE", keys.events, group, "0", "MKSTREAM"))
+
+
+def events_read_group(keys: QueueKeys, queue: str, group: str, consumer: str, count: int,
+                      block_ms: int | None, pending: bool = False,
+                      skipped: list[str] | None = None) -> Op:
+    """XREADGROUP on the events stream: new events (">"), or with ``pending`` those
+    delivered to ``consumer`` and not acknowledged ("0"; never blocks). Entries that are
+    no longer events (trimmed while pending) go to ``skipped``."""
+    command: list[Arg] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
+    if block_ms is not None and not pending:
+        command += ["BLOCK", block_ms]
+    command += ["STREAMS", keys.events, "0" if pending else ">"]
+    return Op(command=tuple(command), parse=_parse_streams(queue, skipped))
+
+
+def events_ack(keys: QueueKeys, group: str, cursors: Sequence[str]) -> Op:
+    return Op(command=("XACK", keys.events, group, *cursors), parse=int)

@@ -20,7 +20,9 @@ def _load(name: str) -> Script:
 
 
 ENQUEUE = _load("enqueue")
+ENQUEUE_PLAIN = _load("enqueue_plain")
 COMPLETE = _load("complete")
+FETCH = _load("fetch")
 RENEW = _load("renew")
 RECOVER = _load("recover")
 PROMOTE = _load("promote")
@@ -31,3 +33,5 @@ HEARTBEAT = _load("heartbeat")
 WORKERS = _load("workers")
 STATS = _load("stats")
 PURGE = _load("purge")
+CANCEL = _load("cancel")
+RATE = _load("rate")

@@ -201,7 +201,10 @@ class AsyncStore:
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> AsyncStore:
         kwargs = client_options(options, url, aio=True)
         timeout = kwargs.pop("socket_timeout", None)
-        return cls(redis.asyncio.Redis.from_url(url, **kwargs), url, timeout)
+        # None, not left out: redis-py 8 would apply its own 5 s default to every read,
+        # and fail the worker's blocking reads.
+        return cls(redis.asyncio.Redis.from_url(url, socket_timeout=None, **kwargs), url,
+                   timeout)
 
     async def run(self, op: Op) -> Any:
         # try/except rather than `with mapped_errors`: this is every enqueue's path.

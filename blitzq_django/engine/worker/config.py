@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..core import limits
+from ..core.names import check_name
 from ..errors import ConfigurationError
 
 NUMERIC_FIELDS = ("concurrency", "prefetch", "threads", "batch_size", "block_timeout",
@@ -15,6 +16,17 @@ NUMERIC_FIELDS = ("concurrency", "prefetch", "threads", "batch_size", "block_tim
                   "max_deliveries", "schedule_poll_interval", "shutdown_timeout", "max_tasks",
                   "max_memory_mb")
 OPTIONAL_FIELDS = frozenset({"heartbeat_interval", "recovery_interval"})  # None = derived
+
+
+def check_queue_concurrency(caps: object) -> dict[str, int]:
+    """A queue -> cap mapping: valid queue names, each cap by the concurrency rule."""
+    if not isinstance(caps, dict):
+        raise ConfigurationError(f"queue_concurrency must be a dict of queue -> int, "
+                                 f"got {caps!r:.80}")
+    for queue, cap in caps.items():
+        check_name("queue", queue)
+        limits.check("concurrency", cap, f"queue_concurrency[{queue!r}]")
+    return caps
 
 
 def default_name() -> str:
@@ -39,6 +51,9 @@ class WorkerConfig:
     burst: bool = False  # drain the queues, then stop
     max_tasks: int = 0  # stop gracefully after settling this many messages (0 = never)
     max_memory_mb: int = 0  # stop gracefully once resident memory exceeds this (0 = never)
+    #: queue -> most attempts of that queue running at once (each queue without one may
+    #: use every slot); a queue's cap also bounds what the worker prefetches of it
+    queue_concurrency: dict[str, int] = field(default_factory=dict)
     name: str = field(default_factory=default_name)
 
     def __post_init__(self) -> None:
@@ -48,6 +63,7 @@ class WorkerConfig:
             value = getattr(self, name)
             if value is not None or name not in OPTIONAL_FIELDS:
                 limits.check(name, value)
+        check_queue_concurrency(self.queue_concurrency)
         if self.prefetch and self.prefetch < self.concurrency:
             raise ConfigurationError("prefetch must be >= concurrency (or 0 for the default)")
         # The consumer name goes into Redis and into every log line of this worker.
@@ -63,6 +79,14 @@ class WorkerConfig:
     @property
     def prefetch_count(self) -> int:
         return self.prefetch or self.concurrency + min(self.batch_size, self.concurrency)
+
+    def prefetch_of(self, queue: str) -> int:
+        """Most deliveries of ``queue`` held at once: each queue has its own, so one
+        queue's backlog cannot keep another's messages from being read."""
+        cap = self.queue_concurrency.get(queue)
+        if cap is None:
+            return self.prefetch_count
+        return min(self.prefetch_count, cap + min(self.batch_size, cap))
 
     @property
     def thread_count(self) -> int:

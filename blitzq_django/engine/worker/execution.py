@@ -40,6 +40,10 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: What an async attempt interrupted by cancel() concludes with.
+_REVOKED = asyncio.CancelledError("revoked")
+
+
 class Executor:
     def __init__(self, worker: Worker, pool: ThreadPoolExecutor) -> None:
         self._worker = worker
@@ -50,6 +54,9 @@ class Executor:
         self._name = worker.name
         self._lease_s = worker.config.visibility_timeout
         self._settle = worker.settle
+        self._start_events = worker.policy.start_with_outcome
+        self._flusher = worker.flusher
+        self._revoked = worker.revocations.ids  # one set for the worker's life
         self._threads_running = 0  # counted in the threads: no loop runs after shutdown
         self._threads_lock = threading.Lock()
 
@@ -63,9 +70,13 @@ class Executor:
         """A decoded delivery: run it now if a slot is free, else it waits (first: ahead
         of every other waiting one, as a recovered orphan does)."""
         inflight = self._inflight
-        if inflight.running < inflight.concurrency and not (first or inflight.ready):
-            held.state = RUNNING  # inflight.start(), inlined: it is not in the ready line
+        slots = held.slots
+        if (not first and inflight.running < inflight.concurrency
+                and slots.running < slots.cap and not slots.waiting):
+            # inflight.start(), inlined (can_start_now() too): it is not in a line
+            held.state = RUNNING
             inflight.running += 1
+            slots.running += 1
             self._launch(held)
             return
         inflight.wait_for_slot(held, first)
@@ -77,7 +88,7 @@ class Executor:
         if worker.stopping:
             return
         inflight = self._inflight
-        while inflight.running < inflight.concurrency:
+        while inflight.waiting:
             held = inflight.next_ready()
             if held is None:
                 return
@@ -94,6 +105,10 @@ class Executor:
     def _launch(self, held: Held) -> None:
         """Run the attempt of ``held``, which already took its slot."""
         message, spec, delivery = held.message, held.spec, held.delivery
+        # It may have expired, or been revoked, while it waited for its slot.
+        if ((message.expires_ms is not None or self._revoked)
+                and self._worker.intake.dropped(held, message, spec)):
+            return
         worker = self._name
 
         def context() -> TaskContext:
@@ -101,11 +116,13 @@ class Executor:
                                attempt=message.attempt,
                                max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
                                delivery_count=delivery.delivery_count, worker=worker,
-                               headers=message.headers)
+                               headers=message.headers, _flag=held)
 
         timeout = message.timeout or spec.timeout
         if self._policy.track_state:
             self._worker.flusher.add(outcome.running(delivery, message, now_ms(), self._policy))
+        elif self._start_events and self._flusher.sleeping:
+            self._flusher.wake()  # to write its "started" event if it runs long (flusher.py)
         if spec.is_async:
             runner = _start_task(self._run_async(held, context, timeout))
             if not runner.done():  # an eager runner that never suspended is already settled
@@ -116,7 +133,7 @@ class Executor:
     async def _run_async(self, held: Held, context: Callable[[], TaskContext],
                          timeout: float | None) -> None:
         message, spec = held.message, held.spec
-        started = now_ms()
+        started = held.started_ms = now_ms()
         token = _current.set(context)
         error: BaseException | None = None
         value: Any = None
@@ -131,16 +148,24 @@ class Executor:
                     # It swallowed the cancellation, or blocked the loop past the deadline.
                     raise TimeoutError(f"task exceeded its timeout of {timeout} s")
         except asyncio.CancelledError:
-            if not self._worker.stopping:
-                raise
-            # Cancelled by a shutdown past its deadline: back on the queue for another worker.
-            self._conclude_requeued(held)
-            return
+            if not held.cancelled:
+                if not self._worker.stopping:
+                    raise
+                # Cancelled by a shutdown past its deadline: back on the queue for another
+                # worker.
+                self._conclude_requeued(held)
+                return
+            # Revoked by cancel() while it ran (revocations.py): recorded cancelled, never
+            # requeued, even when a shutdown cancels it too.
+            error = _REVOKED
         except BaseException as exc:  # SystemExit from task code fails the attempt, not the worker
             error = exc
         finally:
             _current.reset(token)
             held.runner = None
+        if error is _REVOKED:
+            self._conclude_cancelled(held, started)
+            return
         self._conclude(held, error, value, started)
 
     def _run_thread(self, held: Held, context: Callable[[], TaskContext],
@@ -155,6 +180,7 @@ class Executor:
         def call() -> Any:
             try:
                 times[0], times[1] = now_ms(), time.monotonic()
+                held.started_ms = times[0]
                 token = _current.set(context)
                 try:
                     for hook in hooks:
@@ -176,6 +202,24 @@ class Executor:
             self._conclude(held, error, None if error else future.result(), times[0] or now_ms())
 
         asyncio.get_running_loop().run_in_executor(self._pool, call).add_done_callback(done)
+
+    def interrupt(self, held: Held) -> bool:
+        """Cancel the running ``async def`` attempt of ``held``, revoked by cancel() (the
+        caller set ``held.cancelled``): it settles cancelled. False if it has no asyncio
+        task to cancel (a ``def`` attempt on a thread)."""
+        runner = held.runner
+        if runner is None:
+            return False
+        runner.cancel("revoked")
+        runner.add_done_callback(lambda task: self._interrupted(held, task))
+        return True
+
+    def _interrupted(self, held: Held, task: asyncio.Task[None]) -> None:
+        # Cancelled before its coroutine took a first step (no eager start before 3.12):
+        # the coroutine never ran, so nothing in it concluded the attempt.
+        if held.state is RUNNING and held.runner is task:
+            held.runner = None
+            self._conclude_cancelled(held, 0)
 
     # -- concluding ------------------------------------------------------------
 
@@ -204,7 +248,28 @@ class Executor:
         finally:
             if held.state is RUNNING:  # settle() failed before taking it: never leak the slot
                 self._inflight.settling(held)
-            if self._inflight.ready:
+            if self._inflight.waiting:
+                self.fill_slots()
+
+    def _conclude_cancelled(self, held: Held, started: int) -> None:
+        """An async attempt interrupted by cancel(): recorded cancelled; its slot comes back."""
+        if held.state is not RUNNING:
+            return
+        try:
+            message = held.message
+            try:
+                settlement = outcome.cancelled(held.delivery, message, held.spec, now_ms(),
+                                               self._policy, started)
+            except Exception as exc:  # noqa: BLE001 - settling must be total
+                settlement = outcome.unsettleable(held.delivery, message,
+                                                  f"{type(exc).__name__}: "
+                                                  f"{outcome.describe(exc)}", now_ms(),
+                                                  self._policy)
+            self._settle(held, settlement)
+        finally:
+            if held.state is RUNNING:
+                self._inflight.settling(held)
+            if self._inflight.waiting:
                 self.fill_slots()
 
     def _conclude_requeued(self, held: Held) -> None:

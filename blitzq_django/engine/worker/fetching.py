@@ -2,8 +2,9 @@
 
 Admission decodes the message (large ones on a thread, so one huge message
 cannot stall the loop), finds its task, and either offers it to a slot or
-dead-letters it (malformed, unknown task, too many deliveries). Recovery admits
-its claims the same way, ahead of everything fetched.
+dead-letters it (malformed, unknown task, too many deliveries); one that expired
+or was revoked (cancel) settles as such without running. Recovery admits its
+claims the same way, ahead of everything fetched.
 """
 
 from __future__ import annotations
@@ -45,22 +46,26 @@ class Intake:
         self._find = worker.client.registry.find
         self._offer = worker.executor.offer
         self._stopping = worker.stopping_event
+        self._revoked = worker.revocations.ids  # one set for the worker's life
 
-    async def fetch_loop(self) -> None:
+    async def fetch_loop(self, queue: str) -> None:
+        """Read ``queue`` (every lane of it, highest priority first) into the table."""
         worker, cfg, inflight = self._worker, self._worker.config, self._inflight
         block_ms = int((0.05 if cfg.burst else cfg.block_timeout) * 1000)
+        slots, room = inflight.slots(queue), cfg.prefetch_of(queue)
+        queues = (queue,)
         backoff = FETCH_BACKOFF_MIN_S
         quiet = 0
         while not worker.stopping:
-            free = cfg.prefetch_count - len(inflight)
+            free = room - slots.held
             if free <= 0:
-                await worker.wait_for_room()
+                await worker.wait_for_room(queue)
                 continue
             try:
-                deliveries = await worker.broker.fetch(worker.queues, worker.name,
+                deliveries = await worker.broker.fetch(queues, worker.name,
                                                        min(free, cfg.batch_size), block_ms)
             except (BlitzqError, OSError) as exc:
-                log.warning("fetch failed, retrying in %.1fs: %s", backoff, exc)
+                log.warning("fetch from %r failed, retrying in %.1fs: %s", queue, backoff, exc)
                 await worker.sleep(backoff)
                 backoff = min(backoff * 2, FETCH_BACKOFF_MAX_S)
                 continue
@@ -101,11 +106,18 @@ class Intake:
             return True
         # _admit_message(), inlined: this runs for every message.
         spec = self._find(message.task)
+        # Expired or revoked: no set lookup while nothing is revoked.
+        if (message.expires_ms is not None or self._revoked) and self.dropped(held, message,
+                                                                              spec):
+            return True
         if spec is None or delivery.delivery_count > self._max_deliveries:
             self._reject(held, message, spec)
             return True
         held.message, held.spec = message, spec
-        self._offer(held, first)
+        if spec.rate_limit is not None or spec.rate_key is not None:
+            self._worker.gate.admit(held, first)  # runs once it has a token (ratelimit.py)
+        else:
+            self._offer(held, first)
         return True
 
     async def _decode_on_thread(self, held: Held, first: bool) -> None:
@@ -132,11 +144,37 @@ class Intake:
 
     def _admit_message(self, held: Held, message: Message, first: bool) -> None:
         spec = self._find(message.task)
+        if (message.expires_ms is not None or self._revoked) and self.dropped(held, message,
+                                                                              spec):
+            return
         if spec is None or held.delivery.delivery_count > self._max_deliveries:
             self._reject(held, message, spec)
             return
         held.message, held.spec = message, spec
-        self._offer(held, first)
+        if spec.rate_limit is not None or spec.rate_key is not None:
+            self._worker.gate.admit(held, first)
+        else:
+            self._offer(held, first)
+
+    def dropped(self, held: Held, message: Message, spec: TaskSpec | None) -> bool:
+        """Settle a message that must not start: expired (``expires``) or revoked
+        (``cancel()``). True if it was; called at admission and again right before it
+        starts (it may have waited for a slot meanwhile)."""
+        worker = self._worker
+        if message.expires_ms is not None and message.expires_ms <= now_ms():
+            held.message = message
+            log.info("dropping message %r of %r: it expired before it started", message.id,
+                     message.task)
+            worker.settle(held, outcome.expired(held.delivery, message, spec, now_ms(),
+                                                worker.policy))
+            return True
+        if self._revoked and (held.delivery.queue, message.id) in self._revoked:
+            held.message = message
+            log.info("cancelled message %r of %r before it started", message.id, message.task)
+            worker.settle(held, outcome.cancelled(held.delivery, message, spec, now_ms(),
+                                                  worker.policy))
+            return True
+        return False
 
     def _reject(self, held: Held, message: Message, spec: TaskSpec | None) -> None:
         """Dead-letter a decoded message that must not run: unknown task, too many deliveries."""

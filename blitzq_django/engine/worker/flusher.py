@@ -7,11 +7,20 @@ ack + dead letter).
 
 Every settlement handed over ends in exactly one report to ``on_settled``:
 written (True), refused because the lease is lost (False), or given up (None).
+
+Started events (when the broker writes events and no running record is written at
+an attempt's start): an attempt that ends within about START_EVENT_DELAY_S (almost
+all of them) has its "started" event written by its outcome's settlement, in the same
+step. Every START_EVENT_DELAY_S the flusher asks the worker (``starts``) for the
+attempts running longer than that whose event is not written, and writes a
+started-only settlement for each, ownership-checked like any other: a long attempt
+shows as started while it runs, and nothing is paid per message for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -23,6 +32,14 @@ from ..errors import BrokerUnavailable
 log = logging.getLogger("blitzq.worker")
 
 MAX_PER_WRITE = 1000
+#: An attempt still running this long after it started gets its "started" event written
+#: on its own (within about twice this); a shorter one has it written with its outcome
+#: (one item, not two).
+START_EVENT_DELAY_S = 0.1
+
+#: Called every START_EVENT_DELAY_S: the started-only settlements due, and whether an
+#: attempt is still running with its "started" event unwritten (then call again).
+Starts = Callable[[], tuple[list[Settlement], bool]]
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0
 MAX_REFUSALS = 5
 
@@ -34,7 +51,7 @@ Fallback = Callable[[Settlement, BaseException], Settlement | None]
 class Flusher:
     def __init__(self, broker: Broker, consumer: str,
                  on_settled: Callable[[Settlement, bool | None], None],
-                 fallback: Fallback | None = None) -> None:
+                 fallback: Fallback | None = None, starts: Starts | None = None) -> None:
         self._broker = broker
         self._consumer = consumer
         self._on_settled = on_settled
@@ -43,6 +60,25 @@ class Flusher:
         self._ready = asyncio.Event()
         self._closing = False
         self._writing = 0  # settlements taken from the buffer, not yet reported
+        self._starts = starts
+        self._next_scan = 0.0  # monotonic time of the next call of starts()
+        self._watch = False  # an attempt runs with its "started" event unwritten
+        #: waiting with no deadline (nothing to write, no start to watch): wake() it when
+        #: an attempt starts
+        self.sleeping = False
+
+    def wake(self) -> None:
+        self._ready.set()
+
+    def _due_starts(self) -> list[Settlement]:
+        """Started-only settlements of the attempts running past START_EVENT_DELAY_S (the
+        worker is asked at most once per START_EVENT_DELAY_S)."""
+        now = time.monotonic()
+        if self._starts is None or self._closing or now < self._next_scan:
+            return []
+        self._next_scan = now + START_EVENT_DELAY_S
+        due, self._watch = self._starts()
+        return due
 
     def add(self, settlement: Settlement) -> None:
         self._buffer.append(settlement)
@@ -55,14 +91,27 @@ class Flusher:
     async def run(self) -> None:
         """Write until closed and empty. Never drops a settlement on a Redis error."""
         while True:
-            if not self._buffer:
+            starts = self._due_starts()
+            if not self._buffer and not starts:
                 if self._closing:
                     return
                 self._ready.clear()
-                await self._ready.wait()
+                if self._watch and not self._closing:
+                    wait = max(0.0, self._next_scan - time.monotonic())
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._ready.wait(), wait)
+                else:
+                    self.sleeping = True
+                    try:
+                        await self._ready.wait()
+                    finally:
+                        self.sleeping = False
+                    self._next_scan = 0.0  # woken by a start, maybe: look at once
                 continue
             batch = self._buffer[:MAX_PER_WRITE]
             del self._buffer[:len(batch)]
+            if starts:  # before any outcome: a started event precedes its attempt's end
+                batch[:0] = starts
             self._writing = len(batch)
             try:
                 await self._write(batch)

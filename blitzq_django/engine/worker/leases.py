@@ -86,10 +86,10 @@ class LeaseKeeper:
         if not held:
             return
         sent = time.monotonic()
-        lost = set(await self._worker.broker.renew(self._worker.name,
-                                                   [h.delivery for h in held]))
+        lost = {d.key for d in await self._worker.broker.renew(self._worker.name,
+                                                               [h.delivery for h in held])}
         for h in held:
-            if h.delivery.entry_id not in lost:
+            if h.key not in lost:
                 h.since = sent
             elif self._inflight.get(h.key) is h:
                 self._lost(h)
@@ -127,7 +127,7 @@ class LeaseKeeper:
                 # An entry this worker holds (idle while the process was paused, or taken
                 # by a worker that died since): it runs or waits here already, so it is not
                 # run again; the claim made its lease ours again.
-                held = self._inflight.get((queue, delivery.entry_id))
+                held = self._inflight.get(delivery.key)
                 if held is not None:
                     held.lost, held.since = False, now
                 log.info("lease of held entry %r on %r taken back", delivery.entry_id, queue)

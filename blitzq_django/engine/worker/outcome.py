@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import traceback as tb
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..brokers.base import DEAD, DONE, REQUEUE, RETRY, RUNNING, Delivery, Settlement
 from ..core import deadletter as reasons
 from ..core import record as states
 from ..core.deadletter import DeadLetter, malformed_id
+from ..core.events import peek
 from ..core.message import DEFAULT_MAX_MESSAGE_SIZE, Message, encode
 from ..core.record import DEFAULT_MAX_RESULT_SIZE, Record, encode_success
 from ..core.task import TaskSpec
@@ -30,6 +31,13 @@ class Policy:
     worker: str
     max_result_size: int = DEFAULT_MAX_RESULT_SIZE
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    events: bool = False  # the broker writes events (core/events.py)
+    #: an attempt's "started" event rides on its outcome's settlement (no running record
+    #: is written at its start); the worker clears it if it went on its own (derived)
+    start_with_outcome: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start_with_outcome", self.events and not self.track_state)
 
 
 def describe(error: BaseException) -> str:
@@ -77,7 +85,10 @@ def _store(spec: TaskSpec | None, policy: Policy) -> bool:
 def succeeded(delivery: Delivery, message: Message, spec: TaskSpec, value: Any,
               started_ms: int, finished_ms: int, policy: Policy) -> Settlement:
     if not _store(spec, policy):
-        return Settlement(delivery, DONE, message.id, state=states.SUCCEEDED)
+        return Settlement(delivery, DONE, message.id, state=states.SUCCEEDED,
+                          unique_key=message.unique_key, task=message.task,
+                          attempt=message.attempt, duration_ms=finished_ms - started_ms,
+                          started_ms=started_ms if policy.start_with_outcome else 0)
     try:
         data = encode_success(message.id, message.task, message.queue, message.attempt, value,
                               message.created_ms, started_ms, finished_ms, policy.worker)
@@ -89,7 +100,10 @@ def succeeded(delivery: Delivery, message: Message, spec: TaskSpec, value: Any,
         error = ResultTooLarge(f"task result is {len(data)} bytes encoded, over max_result_size "
                                f"({policy.max_result_size} bytes)")
         return failed(delivery, message, spec, error, started_ms, finished_ms, policy, retry=False)
-    return Settlement(delivery, DONE, message.id, data, True, state=states.SUCCEEDED)
+    return Settlement(delivery, DONE, message.id, data, True, state=states.SUCCEEDED,
+                      unique_key=message.unique_key, task=message.task, attempt=message.attempt,
+                      duration_ms=finished_ms - started_ms,
+                      started_ms=started_ms if policy.start_with_outcome else 0)
 
 
 def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseException,
@@ -97,6 +111,10 @@ def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseExce
     retry_policy = spec.retry.with_overrides(message.policy)
     trace = _trace(error)
     store = _store(spec, policy) or policy.track_state
+    event = {"unique_key": message.unique_key, "task": message.task,
+             "attempt": message.attempt, "duration_ms": finished_ms - started_ms,
+             "error_type": _type_name(error),
+             "started_ms": started_ms if policy.start_with_outcome else 0}
     if retry and retry_policy.should_retry(message.attempt, error):
         due = _due(finished_ms, retry_policy.delay_for(message.attempt, error))
         failure = _error_record(message, states.RETRYING, error, trace, started_ms, finished_ms,
@@ -104,13 +122,13 @@ def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseExce
         record = failure.to_bytes() if policy.track_state else b""
         return Settlement(delivery, RETRY, message.id, record, False,
                           encode(message.next_attempt(due), 1 << 62), due, states.RETRYING,
-                          failure=failure)
+                          failure=failure, **event)
     if not spec.dead_letter:
         failure = _error_record(message, states.FAILED, error, trace, started_ms, finished_ms,
                                 policy)
         record = failure.to_bytes() if store else b""
         return Settlement(delivery, DONE, message.id, record, bool(record), state=states.FAILED,
-                          failure=failure)
+                          failure=failure, **event)
     reason = reasons.RETRIES_EXHAUSTED if retry_policy.retryable(error) else reasons.NOT_RETRYABLE
     letter = DeadLetter(id=message.id, queue=message.queue, task=message.task, reason=reason,
                         payload=delivery.payload or b"", attempt=message.attempt,
@@ -121,7 +139,8 @@ def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseExce
                             policy, reason)
     record = failure.to_bytes() if store else b""
     return Settlement(delivery, DEAD, message.id, record, bool(record), letter.to_bytes(),
-                      letter.dead_ms, states.DEAD_LETTERED, failure=failure, letter=letter)
+                      letter.dead_ms, states.DEAD_LETTERED, failure=failure, letter=letter,
+                      **event)
 
 
 def _error_record(message: Message, state: str, error: BaseException, trace: str,
@@ -155,28 +174,93 @@ def rejected(delivery: Delivery, reason: str, now_ms: int, policy: Policy,
                         error_message=detail or reason, created_ms=message.created_ms,
                         finished_ms=now_ms, worker=policy.worker).to_bytes()
     return Settlement(delivery, DEAD, message_id, record, bool(record), letter.to_bytes(),
-                      letter.dead_ms, states.DEAD_LETTERED, letter=letter)
+                      letter.dead_ms, states.DEAD_LETTERED, letter=letter,
+                      unique_key=message.unique_key if message else None,
+                      task=message.task if message else "",
+                      attempt=message.attempt if message else 0)
 
 
 def running(delivery: Delivery, message: Message, started_ms: int, policy: Policy) -> Settlement:
     record = Record(id=message.id, task=message.task, queue=message.queue, state=states.RUNNING,
                     attempt=message.attempt, created_ms=message.created_ms,
                     started_ms=started_ms, worker=policy.worker)
-    return Settlement(delivery, RUNNING, message.id, record.to_bytes(), state=states.RUNNING)
+    return Settlement(delivery, RUNNING, message.id, record.to_bytes(), state=states.RUNNING,
+                      task=message.task, attempt=message.attempt, started_ms=started_ms)
+
+
+def started(delivery: Delivery, message: Message, started_ms: int) -> Settlement:
+    """Only the "started" event of an attempt still running (no record: track_state off),
+    written on its own, ownership-checked like a running record (see flusher.py)."""
+    return Settlement(delivery, RUNNING, message.id, state=states.RUNNING, task=message.task,
+                      attempt=message.attempt, started_ms=started_ms)
 
 
 def requeued(delivery: Delivery, message: Message | None, policy: Policy) -> Settlement:
     """Back on the queue at once (shutdown). Under track_state its record says queued again."""
-    if message is None:
-        return Settlement(delivery, REQUEUE, delivery.entry_id, body=delivery.payload or b"",
-                          state=states.QUEUED)
+    if message is None:  # not decoded: named by its head (or as its dead letter would be)
+        head = peek(delivery.payload)
+        return Settlement(delivery, REQUEUE,
+                          head[0] if head else malformed_id(delivery.payload, delivery.entry_id),
+                          body=delivery.payload or b"", state=states.QUEUED,
+                          task=head[1] if head else "")
     record = b""
     if policy.track_state:
         record = Record(id=message.id, task=message.task, queue=message.queue,
                         state=states.QUEUED, attempt=message.attempt,
                         created_ms=message.created_ms).to_bytes()
     return Settlement(delivery, REQUEUE, message.id, record, body=delivery.payload or b"",
-                      state=states.QUEUED)
+                      state=states.QUEUED, unique_key=message.unique_key, task=message.task,
+                      attempt=message.attempt)
+
+
+def deferred(delivery: Delivery, message: Message, due_ms: int, policy: Policy) -> Settlement:
+    """Over its rate limit: acked and back on the schedule, due at ``due_ms``, as the same
+    attempt (a deferral uses no attempt). Under track_state its record says scheduled."""
+    try:
+        body = encode(replace(message, eta_ms=due_ms), 1 << 62)
+    except Exception:  # noqa: BLE001 - it was decoded, so it encodes; if not, the bytes as is
+        body = delivery.payload or b""
+    record = b""
+    if policy.track_state:
+        record = Record(id=message.id, task=message.task, queue=message.queue,
+                        state=states.SCHEDULED, attempt=message.attempt,
+                        created_ms=message.created_ms).to_bytes()
+    return Settlement(delivery, RETRY, message.id, record, False, body, due_ms,
+                      states.SCHEDULED, task=message.task, attempt=message.attempt)
+
+
+def cancelled(delivery: Delivery, message: Message, spec: TaskSpec | None, finished_ms: int,
+              policy: Policy, started_ms: int = 0) -> Settlement:
+    """Cancelled (client.cancel): revoked before it started (``started_ms`` 0), or an
+    ``async def`` attempt interrupted. Acked; recorded cancelled, waiters notified."""
+    record = b""
+    if _store(spec, policy) or policy.track_state:
+        record = Record(id=message.id, task=message.task, queue=message.queue,
+                        state=states.CANCELLED, attempt=message.attempt,
+                        created_ms=message.created_ms, started_ms=started_ms or None,
+                        finished_ms=finished_ms, worker=policy.worker).to_bytes()
+    return Settlement(delivery, DONE, message.id, record, bool(record), state=states.CANCELLED,
+                      unique_key=message.unique_key, task=message.task,
+                      attempt=message.attempt,
+                      duration_ms=finished_ms - started_ms if started_ms else None,
+                      started_ms=started_ms if policy.start_with_outcome else 0)
+
+
+def expired(delivery: Delivery, message: Message, spec: TaskSpec | None, now_ms: int,
+            policy: Policy) -> Settlement:
+    """Not started before its ``expires_ms``: dropped without running. Acked; recorded
+    expired, waiters notified."""
+    record = b""
+    if _store(spec, policy) or policy.track_state:
+        late = now_ms - (message.expires_ms or now_ms)
+        record = Record(id=message.id, task=message.task, queue=message.queue,
+                        state=states.EXPIRED, attempt=message.attempt,
+                        error_message=f"not started before it expired ({late} ms ago)",
+                        created_ms=message.created_ms, finished_ms=now_ms,
+                        worker=policy.worker).to_bytes()
+    return Settlement(delivery, DONE, message.id, record, bool(record), state=states.EXPIRED,
+                      unique_key=message.unique_key, task=message.task,
+                      attempt=message.attempt)
 
 
 def unsettleable(delivery: Delivery, message: Message | None, detail: str, now_ms: int,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..brokers.base import RUNNING, Settlement
+from ..brokers.base import REQUEUE, RUNNING, Settlement
 from ..client import Client
 from ..core import deadletter as reasons
 from ..core import record as states
@@ -32,12 +32,14 @@ from . import outcome
 from .config import WorkerConfig
 from .execution import Executor, now_ms
 from .fetching import Intake
-from .flusher import Flusher
+from .flusher import START_EVENT_DELAY_S, Flusher
 from .hooks import FailureHooks
 from .inflight import PREFETCHED, Held, InFlight
 from .inflight import RUNNING as EXECUTING
 from .leases import LeaseKeeper
 from .promotion import promote_all_due, promote_loop
+from .ratelimit import RateGate
+from .revocations import Revocations
 
 log = logging.getLogger("blitzq.worker")
 
@@ -51,17 +53,21 @@ _STATE_COUNTERS = {
     states.RETRYING: "retried",
     states.DEAD_LETTERED: "dead_lettered",
     states.QUEUED: "requeued",
+    states.CANCELLED: "cancelled",
+    states.EXPIRED: "expired",
 }
 
 
 class Stats:
     """What a worker settled, by outcome."""
 
-    __slots__ = ("succeeded", "failed", "retried", "dead_lettered", "requeued", "lost_leases")
+    __slots__ = ("succeeded", "failed", "retried", "dead_lettered", "requeued", "lost_leases",
+                 "cancelled", "expired")
 
     def __init__(self) -> None:
         self.succeeded = self.failed = self.retried = self.dead_lettered = 0
         self.requeued = self.lost_leases = 0
+        self.cancelled = self.expired = 0  # cancel() / expires: settled without running on
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -82,7 +88,7 @@ class Worker:
         self.broker = client.broker
         self.config = config or WorkerConfig(**options)
         self.queues: tuple[str, ...] = self.config.queues or tuple(
-            sorted(client.registry.queues() | {client.default_queue}))
+            sorted(client.known_queues()))
         self.name = self.config.name
         #: called in the worker thread before and after every `def` task (Django closes
         #: stale DB connections here, as around a request)
@@ -93,9 +99,11 @@ class Worker:
         self._on_dead_letter = tuple(on_dead_letter)
         self.stats = Stats()
         self.policy = outcome.Policy(client.store_results, client.track_state, self.name,
-                                     client.max_result_size, client.max_message_size)
+                                     client.max_result_size, client.max_message_size,
+                                     events=bool(getattr(client.broker, "events_maxlen", 0)))
+        self._start_with_outcome = self.policy.start_with_outcome
         #: every delivery this worker holds (see inflight.py)
-        self.inflight = InFlight(self.config.concurrency)
+        self.inflight = InFlight(self.config.concurrency, self.config.queue_concurrency)
         self._settled_count = 0
         self._started_ms = now_ms()
         self.helpers_stop = asyncio.Event()
@@ -112,6 +120,7 @@ class Worker:
         self.flusher: Flusher
         self.executor: Executor
         self.intake: Intake
+        self.revocations: Revocations
         self.leases: LeaseKeeper
         self.hooks: FailureHooks
 
@@ -126,8 +135,11 @@ class Worker:
         """
         self._loop = asyncio.get_running_loop()
         self.pool = ThreadPoolExecutor(self.config.thread_count, thread_name_prefix="blitzq")
-        self.flusher = Flusher(self.broker, self.name, self._settled, self._fallback)
+        self.flusher = Flusher(self.broker, self.name, self._settled, self._fallback,
+                               self._unwritten_starts if self._start_with_outcome else None)
+        self.revocations = Revocations(self)  # before the parts that read its set
         self.executor = Executor(self, self.pool)
+        self.gate = RateGate(self)  # admission of rate-limited tasks (ratelimit.py)
         self.intake = Intake(self)
         self.leases = LeaseKeeper(self)
         self.hooks = FailureHooks(self.client.registry, self.pool, self._on_failure,
@@ -147,7 +159,13 @@ class Worker:
             helpers = [asyncio.create_task(self.leases.run(), name="blitzq-leases")]
             if self.config.promote:
                 helpers.append(asyncio.create_task(promote_loop(self), name="blitzq-promoter"))
-            await self.intake.fetch_loop()
+            # Revocations (cancel): listening, and what is revoked already, before fetching.
+            listener = await self.revocations.start()
+            helpers.append(asyncio.create_task(self.revocations.run(listener),
+                                               name="blitzq-revocations"))
+            # One fetch loop per queue: a cluster refuses reads across queues' hash tags,
+            # and each queue reads within its own prefetch, whatever the others hold.
+            await asyncio.gather(*(self.intake.fetch_loop(queue) for queue in self.queues))
             await self._drain()
         finally:
             await self._shut_down(flushing, helpers or [], close_broker)
@@ -274,10 +292,10 @@ class Worker:
 
     # -- what the parts share --------------------------------------------------
 
-    async def wait_for_room(self) -> None:
-        """Until the table has room for more deliveries (or the worker stops)."""
+    async def wait_for_room(self, queue: str) -> None:
+        """Until ``queue`` has room for more deliveries (or the worker stops)."""
         self._room.clear()
-        if len(self.inflight) < self.config.prefetch_count:
+        if self.inflight.slots(queue).held < self.config.prefetch_of(queue):
             return
         await self._room.wait()
 
@@ -317,9 +335,34 @@ class Worker:
     def settle(self, held: Held, settlement: Settlement) -> None:
         """Hand a held delivery's settlement to the flusher (its slot comes back now)."""
         if self.inflight.settling(held):
+            if self._start_with_outcome:
+                # Its attempt's "started" event goes with this settlement, unless it went on
+                # its own while the attempt ran (flusher.py) or the attempt never began.
+                if held.start_written or not held.started_ms:
+                    if settlement.started_ms:
+                        settlement = settlement._replace(started_ms=0)
+                elif settlement.kind == REQUEUE and not settlement.started_ms:
+                    settlement = settlement._replace(started_ms=held.started_ms)  # interrupted
             self.flusher.add(settlement)
             if self._forced or self._stopping.is_set():
                 self._room.set()  # _drain waits for running attempts to end
+
+    def _unwritten_starts(self) -> tuple[list[Settlement], bool]:
+        """For the flusher, every START_EVENT_DELAY_S: started-only settlements of the
+        attempts running longer than that with their "started" event unwritten, and
+        whether any other attempt runs with it unwritten (to look again)."""
+        due: list[Settlement] = []
+        watch = False
+        limit = now_ms() - int(START_EVENT_DELAY_S * 1000)
+        for held in self.inflight.in_state(EXECUTING):
+            if held.start_written:
+                continue
+            if held.started_ms and held.started_ms <= limit:
+                held.start_written = True
+                due.append(outcome.started(held.delivery, held.message, held.started_ms))
+            else:
+                watch = True
+        return due, watch
 
     def _fallback(self, settlement: Settlement, error: BaseException) -> Settlement | None:
         """What to write when Redis keeps refusing a settlement: a plain dead letter."""
@@ -327,7 +370,7 @@ class Worker:
             settlement.letter.reason == reasons.UNSETTLEABLE
         if settlement.kind == RUNNING or last_resort:
             return None
-        held = self.inflight.get((settlement.delivery.queue, settlement.delivery.entry_id))
+        held = self.inflight.get(settlement.delivery.key)
         message = held.message if held is not None else None
         return outcome.unsettleable(settlement.delivery, message,
                                     f"Redis refused it: {outcome.describe(error)}", now_ms(),
@@ -338,7 +381,7 @@ class Worker:
         lease was lost (False), or given up after Redis refused it (None)."""
         if settlement.kind == RUNNING:
             return  # the delivery goes on; only its "running" record was written
-        key = (settlement.delivery.queue, settlement.delivery.entry_id)
+        key = settlement.delivery.key
         self.inflight.settled(key)
         self._room.set()
         if ok is None:

@@ -51,6 +51,7 @@ class Command(BaseCommand):
             config = cli.worker_config(options, {
                 "queues": self._queues(options["queues"], merged),
                 "concurrency": merged["CONCURRENCY"],
+                "queue_concurrency": dict(merged["QUEUE_CONCURRENCY"]),
                 "visibility_timeout": float(merged["VISIBILITY_TIMEOUT"]),
                 "max_deliveries": merged["MAX_DELIVERIES"],
                 "shutdown_timeout": float(merged["SHUTDOWN_TIMEOUT"]),
@@ -90,7 +91,8 @@ class Command(BaseCommand):
             return cli.parse_queues(given)
         from ...decorators import declared_queues
 
-        return tuple(dict.fromkeys([*merged["QUEUES"], *sorted(declared_queues)]))
+        routed = sorted(set(merged.get("ROUTES", {}).values()))
+        return tuple(dict.fromkeys([*merged["QUEUES"], *sorted(declared_queues), *routed]))
 
     def _configure_logging(self, verbosity: int) -> None:
         # Like django-tasks-db: show the worker's log on the console unless the project

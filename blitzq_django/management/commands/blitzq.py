@@ -1,0 +1,57 @@
+"""``manage.py blitzq <command>``: the ops command line on the project's client.
+
+stats, workers, inspect, cancel, purge, dead-letters, events: the same commands, flags,
+output and exit codes as ``python -m blitzq_django.engine <command> APP`` (one
+implementation, engine/ops_cli.py; docs/cli.md), with ``conf.get_client()`` as the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ... import conf
+from ...engine import ops_cli
+
+
+class Command(BaseCommand):
+    help = ("Look at and operate the blitzq queues: stats, workers, inspect, cancel, purge, "
+            "dead-letters, events. Exit codes: 0 done, 1 not found or nothing matched, "
+            "2 usage or bad input, 3 Redis unavailable, 4 refused.")
+    # Ops must work on a project whose other apps have failing checks (that is often
+    # when an operator needs them); our own settings are checked by get_client().
+    requires_system_checks: list[str] = []
+    # call_command("blitzq", "purge", "q", stdin=io.StringIO("y\n")): the answer to
+    # the confirmation, as createsuperuser takes it.
+    stealth_options = ("stdin",)
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+        ops_cli.add_commands(commands)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            settings = conf.get_settings()
+            client = conf.get_client()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"blitzq is misconfigured: {exc}",
+                               returncode=ops_cli.EXIT_USAGE) from None
+        from ...decorators import declared_queues
+
+        # The raw streams, not self.stdout/self.stderr: an OutputWrapper ends every write
+        # with a newline, which would put the answer to a confirmation on the next line.
+        console = ops_cli.Console.standard(options.get("stdout") or sys.stdout,
+                                           options.get("stderr") or sys.stderr,
+                                           options.get("stdin") or sys.stdin)
+        ops = ops_cli.Ops(client, console, queues=[*settings["QUEUES"], *declared_queues],
+                          redact=conf.redact_names())
+        try:
+            ops_cli.perform(ops, argparse.Namespace(**options))
+        except ops_cli.Failure as failure:
+            # Django prints "CommandError: ..." and exits with the code; call_command
+            # raises it with .returncode.
+            raise CommandError(str(failure), returncode=failure.code) from None
