@@ -118,8 +118,6 @@ def test_cancel_of_a_scheduled_message_without_stored_results(
 
 def test_cancel_of_a_scheduled_message_writes_its_event(
         broker: RedisBroker | MemoryBroker) -> None:
-    if not broker.events_maxlen:
-        pytest.skip("events are off")
     client = Client(broker)
 
     @client.task(name="later")
@@ -136,8 +134,6 @@ def test_cancel_of_a_scheduled_message_writes_its_event(
 @pytest.mark.asyncio
 async def test_worker_side_cancels_write_valid_event_paths(
         broker: RedisBroker | MemoryBroker) -> None:
-    if not broker.events_maxlen:
-        pytest.skip("events are off")
     client = Client(broker)
     started = asyncio.Event()
 

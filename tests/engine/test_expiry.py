@@ -189,8 +189,6 @@ def test_track_state_records_expired(broker: RedisBroker | MemoryBroker) -> None
 
 
 def test_an_expiry_writes_its_event(broker: RedisBroker | MemoryBroker) -> None:
-    if not broker.events_maxlen:
-        pytest.skip("events are off")
     client = Client(broker)
 
     @client.task(name="brief", expires=0.05)
