@@ -291,6 +291,15 @@ class Client:
 
     # -- events (core/events.py) -------------------------------------------------------
 
+    def last_event_cursor(self, queue: str | None = None) -> str:
+        """The cursor of the queue's newest event ("0-0" when none): pass it as ``after``
+        to read only what comes next, without missing what lands between two reads."""
+        return self.broker.last_event_cursor(check_name("queue", queue or self.default_queue))
+
+    async def alast_event_cursor(self, queue: str | None = None) -> str:
+        return await self.broker.alast_event_cursor(
+            check_name("queue", queue or self.default_queue))
+
     def events(self, queue: str | None = None, *, after: str = "0", count: int = 100,
                block_ms: int | None = None) -> list[Event]:
         """The queue's events after cursor ``after`` ("0": from the oldest kept), oldest

@@ -599,11 +599,9 @@ def run_events(ops: Ops, args: argparse.Namespace) -> None:
 
 
 def follow_events(ops: Ops, args: argparse.Namespace, queue: str) -> None:
-    # "$": only what arrives from now on. Once an event is seen, reads go on from its
-    # cursor, so nothing written between two reads is skipped. (Until then each read
-    # starts at "$" again: an event written in the instant between two empty reads is
-    # missed, as the client has no call for the stream's last cursor yet.)
-    cursor = args.after or "$"
+    # Only what arrives from now on: from the newest event's cursor, not "$", so an
+    # event written between two reads is never skipped.
+    cursor = args.after or ops.client.last_event_cursor(queue)
     if is_terminal(ops.console.err):
         ops.console.note("following events (Ctrl-C to stop)")
     try:

@@ -561,3 +561,25 @@ async def test_a_mixed_run_gives_every_message_a_valid_path(client: Client) -> N
         kinds = [e.kind for e in paths[message_id]]
         assert valid_path(kinds), kinds
         assert sum(k in ev.TERMINAL for k in kinds) == 1 and kinds[-1] in ev.TERMINAL
+
+
+def test_last_event_cursor_reads_on_from_the_newest_event(broker: Any) -> None:
+    client = Client(broker)
+
+    @client.task(name="job")
+    def job() -> None: ...
+
+    assert client.last_event_cursor() == "0-0"
+    job.enqueue()
+    cursor = client.last_event_cursor()
+    assert cursor == client.events()[-1].cursor
+    later = job.enqueue()
+    assert [e.id for e in client.events(after=cursor)] == [later.id]
+
+    async def newest() -> str:
+        try:
+            return await client.alast_event_cursor()
+        finally:
+            await broker.aclose()
+
+    assert asyncio.run(newest()) == client.last_event_cursor()

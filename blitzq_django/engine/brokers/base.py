@@ -137,6 +137,9 @@ class Broker(Protocol):
         """Take up to ``wanted`` tokens of a rate limit's bucket (shared by every worker):
         (granted, ms until the rest should come back, one token interval apart)."""
     # events (core/events.py), sync and async
+    def last_event_cursor(self, queue: str) -> str:
+        """The cursor of the queue's newest event, "0-0" when there is none."""
+    async def alast_event_cursor(self, queue: str) -> str: ...
     def events(self, queue: str, after: str, count: int, block_ms: int | None) -> list[Event]:
         """Up to ``count`` events after cursor ``after`` ("0": the oldest kept); with
         ``block_ms``, waits up to that long for one when there is none ("$": only new)."""

@@ -594,6 +594,14 @@ class MemoryBroker:
         line = self._events.get(queue)
         return _cursor(line[-1].cursor) if line else (0, 0)
 
+    def last_event_cursor(self, queue: str) -> str:
+        with self._lock:
+            ms, seq = self._last_cursor(queue)
+        return f"{ms}-{seq}"
+
+    async def alast_event_cursor(self, queue: str) -> str:
+        return self.last_event_cursor(queue)
+
     def events(self, queue: str, after: str, count: int, block_ms: int | None) -> list[ev.Event]:
         deadline = time.monotonic() + (block_ms or 0) / 1000
         with self._lock:

@@ -562,6 +562,12 @@ class RedisBroker:
         op = self._events_op(queue, after, count, block_ms)
         return self.sync.run(op) if op is not None else []
 
+    def last_event_cursor(self, queue: str) -> str:
+        return self.sync.run(ops.events_last(self.keys.queue(queue)))
+
+    async def alast_event_cursor(self, queue: str) -> str:
+        return await self.aio.run(ops.events_last(self.keys.queue(queue)))
+
     async def aevents(self, queue: str, after: str, count: int,
                       block_ms: int | None) -> list[Event]:
         op = self._events_op(queue, after, count, block_ms)

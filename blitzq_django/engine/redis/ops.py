@@ -435,6 +435,12 @@ def events_range(keys: QueueKeys, queue: str, after: str, count: int) -> Op:
               parse=lambda reply: _events_of(queue, reply or []))
 
 
+def events_last(keys: QueueKeys) -> Op:
+    """The cursor of the newest kept event, "0-0" when there is none."""
+    return Op(command=("XREVRANGE", keys.events, "+", "-", "COUNT", 1),
+              parse=lambda reply: _text(reply[0][0]) if reply else "0-0")
+
+
 def events_read(keys: QueueKeys, queue: str, after: str, count: int, block_ms: int) -> Op:
     """XREAD: events after ``after`` ("$": only new ones), waiting up to ``block_ms``."""
     return Op(command=("XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", keys.events,
