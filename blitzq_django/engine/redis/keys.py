@@ -47,7 +47,7 @@ key                                     type      holds
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..core.names import check_name
 
@@ -57,6 +57,7 @@ PREFIX = "bq"
 
 #: Lane of each priority (None is normal), highest first: the order workers read them in.
 LANE_PREFIXES = {"high": "hi:", None: "", "low": "lo:"}
+_LANE_INDEX = {priority: i for i, priority in enumerate(LANE_PREFIXES)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,20 +74,21 @@ class QueueKeys:
     list: str = ""
     schedule: str = ""
     schedule_data: str = ""
+    #: every lane of the queue, highest priority first; shared by the lanes, built once
+    lanes: tuple[QueueKeys, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def of(cls, tag: str, priority: str | None = None) -> QueueKeys:
-        lane = f"{tag}:{LANE_PREFIXES[priority]}"
-        return cls(tag, priority, f"{lane}s", f"{lane}l", f"{lane}z", f"{lane}zd")
+        """The keys of the queue with hash tag ``tag``, in its lane of ``priority``."""
+        lanes = tuple(cls(tag, p, f"{tag}:{prefix}s", f"{tag}:{prefix}l", f"{tag}:{prefix}z",
+                          f"{tag}:{prefix}zd") for p, prefix in LANE_PREFIXES.items())
+        for lane in lanes:
+            object.__setattr__(lane, "lanes", lanes)  # frozen: set once, here
+        return lanes[_LANE_INDEX[priority]]
 
     def lane(self, priority: str | None) -> QueueKeys:
         """The keys of this queue's lane of ``priority`` ("high", None or "low")."""
-        return self if priority == self.priority else QueueKeys.of(self.tag, priority)
-
-    @property
-    def lanes(self) -> tuple[QueueKeys, ...]:
-        """Every lane of this queue, highest priority first."""
-        return tuple(self.lane(p) for p in LANE_PREFIXES)
+        return self.lanes[_LANE_INDEX[priority]]
 
     @property
     def dead_letters(self) -> str:
@@ -134,8 +136,11 @@ class Keyspace:
         """The keys of queue ``name`` (of its lane of ``priority``: "high", None, "low")."""
         keys = self._queues.get((name, priority))
         if keys is None:
-            check_name("queue", name)
-            keys = QueueKeys.of(f"{PREFIX}:{{{self.namespace}:{name}}}", priority)
+            if priority is None:
+                check_name("queue", name)
+                keys = QueueKeys.of(f"{PREFIX}:{{{self.namespace}:{name}}}")
+            else:  # the same lanes as the queue's, not a second set
+                keys = self.queue(name).lane(priority)
             self._queues[(name, priority)] = keys
         return keys
 
