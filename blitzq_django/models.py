@@ -1,4 +1,12 @@
-"""TaskRecord: the history of tasks in the database (filled by a later issue's writer)."""
+"""The app's tables: task history, the transactional outbox, effect markers, and two
+unmanaged models that give the admin its dead-letter and queue pages (and their
+permissions) without a table.
+
+``TaskRecord`` is written only by the history writer (``blitzq_django.history``),
+from the engine's per-queue events; ``OutboxMessage`` by ``enqueue(durable=True)``
+in the caller's transaction and emptied by the relay (``blitzq_django.outbox``);
+``TaskEffect`` by tasks declared ``effectively_once`` (``blitzq_django.effects``).
+"""
 
 from __future__ import annotations
 
@@ -16,40 +24,136 @@ class TaskState(models.TextChoices):
     FAILED = "failed", _("failed")
     DEAD_LETTERED = "dead_lettered", _("dead-lettered")
     CANCELLED = "cancelled", _("cancelled")
+    EXPIRED = "expired", _("expired")
+
+
+FINAL_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.DEAD_LETTERED,
+                          TaskState.CANCELLED, TaskState.EXPIRED})
 
 
 class TaskRecord(models.Model):
-    """One message's history: one row per task id, updated as its state changes."""
+    """One message's history: one row per task id, upserted as its events arrive."""
 
     task_id = models.CharField(_("task id"), max_length=64, unique=True)
     # Unique but nullable: many rows without a key, at most one per key.
     idempotency_key = models.CharField(_("idempotency key"), max_length=512, unique=True,
                                        null=True, blank=True)
-    task_name = models.CharField(_("task"), max_length=255, db_index=True)
+    task_name = models.CharField(_("task"), max_length=255)
     queue = models.CharField(_("queue"), max_length=100)
     state = models.CharField(_("state"), max_length=20, choices=TaskState.choices,
                              default=TaskState.QUEUED)
     attempt = models.PositiveIntegerField(_("attempt"), default=1)
+    # As enqueued, with BLITZQ["REDACT"] names masked before they are written.
     args = models.JSONField(_("args"), default=list, blank=True)
     kwargs = models.JSONField(_("kwargs"), default=dict, blank=True)
     result = models.JSONField(_("result"), null=True, blank=True)
     error_type = models.CharField(_("error type"), max_length=255, blank=True)
     error_message = models.TextField(_("error message"), blank=True)
     traceback = models.TextField(_("traceback"), blank=True)
-    created_at = models.DateTimeField(_("created"), db_index=True)
+    created_at = models.DateTimeField(_("enqueued"))
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
     worker = models.CharField(_("worker"), max_length=255, blank=True)
+    # The message's events, oldest first: [kind, time_ms, attempt, worker, duration_ms,
+    # error_type] each; the admin draws the timeline of attempts from it.
+    timeline = models.JSONField(_("timeline"), default=list, blank=True)
+    # The events stream entry id last applied: a re-read batch (after a writer crash)
+    # is recognised and changes nothing.
+    last_event = models.CharField(_("last event"), max_length=64, blank=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     class Meta:
         verbose_name = _("task record")
         verbose_name_plural = _("task records")
         ordering = ("-created_at",)
         indexes = [
-            # The admin's usual views: one queue's or one state's newest rows.
+            # The admin's filters: by queue and state, by state, by task, by date; and
+            # the prune command's scan of finished rows.
             models.Index(fields=["queue", "state", "-created_at"], name="blitzq_queue_state_idx"),
             models.Index(fields=["state", "-created_at"], name="blitzq_state_created_idx"),
+            models.Index(fields=["task_name", "-created_at"], name="blitzq_task_created_idx"),
+            models.Index(fields=["-created_at"], name="blitzq_created_idx"),
+            models.Index(fields=["finished_at"], name="blitzq_finished_idx"),
+        ]
+        permissions = [
+            ("retry_taskrecord", _("Can retry tasks (enqueue again with the same arguments)")),
+            ("cancel_taskrecord", _("Can cancel queued, scheduled or running tasks")),
         ]
 
     def __str__(self) -> str:
         return f"{self.task_name} {self.task_id} ({self.state})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+class OutboxMessage(models.Model):
+    """A message written in the caller's transaction, published by the relay.
+
+    ``payload`` is the engine's encoded enqueue item (msgpack, never pickle); the
+    row is deleted once Redis holds the message. ``message_id`` is unique, so the
+    relay publishing a row twice (it died between publish and delete) enqueues
+    under the same id, and the broker's idempotency keeps one message.
+    """
+
+    message_id = models.CharField(_("message id"), max_length=64, unique=True)
+    outbox = models.CharField(_("outbox"), max_length=100, default="default")
+    queue = models.CharField(_("queue"), max_length=100)
+    task_name = models.CharField(_("task"), max_length=255)
+    payload = models.BinaryField(_("payload"))
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    attempts = models.PositiveIntegerField(_("publish attempts"), default=0)
+    last_error = models.TextField(_("last error"), blank=True)
+
+    class Meta:
+        verbose_name = _("outbox message")
+        verbose_name_plural = _("outbox messages")
+        ordering = ("id",)
+        indexes = [models.Index(fields=["outbox", "id"], name="blitzq_outbox_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} {self.message_id} (outbox {self.outbox})"
+
+
+class TaskEffect(models.Model):
+    """Proof that an effectively-once task's body committed: inserted in the same
+    transaction as the body's writes; a redelivery finds it and skips the body."""
+
+    key = models.CharField(_("key"), max_length=600, unique=True)
+    task_name = models.CharField(_("task"), max_length=255)
+    task_id = models.CharField(_("task id"), max_length=64)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
+
+    class Meta:
+        verbose_name = _("task effect")
+        verbose_name_plural = _("task effects")
+
+    def __str__(self) -> str:
+        return f"{self.task_name} {self.key}"
+
+
+class DeadLetter(models.Model):
+    """No table: the admin's dead-letter pages read the engine's dead-letter API (so
+    they work with history off). The model carries their permissions."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = [
+            ("replay_deadletter", _("Can replay dead letters")),
+            ("purge_deadletter", _("Can purge dead letters")),
+        ]
+        verbose_name = _("dead letter")
+        verbose_name_plural = _("dead letters")
+
+
+class QueueOverview(models.Model):
+    """No table: the admin's queue overview reads the engine's stats."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        verbose_name = _("queue")
+        verbose_name_plural = _("queues")
