@@ -83,6 +83,12 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_MAXLEN": 100_000,
     # Attempts one worker runs at once (runworker --concurrency overrides it).
     "CONCURRENCY": 100,
+    # Threads that run `def` tasks in one worker process; None means CONCURRENCY, so
+    # CONCURRENCY: 100 runs 100 `def` tasks at once (runworker --threads overrides it).
+    # Each thread that uses the ORM holds a database connection: see check blitzq.W004.
+    "THREADS": None,
+    # Worker processes runworker starts (runworker --processes overrides it).
+    "PROCESSES": 1,
     # Queue -> most attempts of that queue one worker runs at once, e.g. {"reports": 2}
     # (runworker --queue-concurrency adds to it). Queues without one share CONCURRENCY;
     # a quiet queue is never starved by a busy one either way.
@@ -133,6 +139,8 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "EVENTS": ((bool,), "True or False"),
     "EVENTS_MAXLEN": ((int,), "an integer"),
     "CONCURRENCY": ((int,), "an integer"),
+    "THREADS": ((int, type(None)), "an integer or None"),
+    "PROCESSES": ((int,), "an integer"),
     "QUEUE_CONCURRENCY": ((dict,), "a dict of queue name -> integer"),
     "ROUTES": ((dict,), "a dict of task name glob -> queue name"),
     "SHUTDOWN_TIMEOUT": (_NUMBER, "a number of seconds"),
@@ -156,6 +164,8 @@ LIMITS: dict[str, limits.Limit] = {
     # At least 1: EVENTS = False is how events are turned off.
     "EVENTS_MAXLEN": replace(limits.LIMITS["events_maxlen"], low=1, note=""),
     "CONCURRENCY": limits.LIMITS["concurrency"],
+    "THREADS": replace(limits.LIMITS["threads"], low=1, note=" (None = CONCURRENCY)"),
+    "PROCESSES": limits.LIMITS["processes"],
     "SHUTDOWN_TIMEOUT": limits.LIMITS["shutdown_timeout"],
 }
 
@@ -236,6 +246,8 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
             found.append(Problem("blitzq.E004", key, f"{_where(key)} {message}", hint))
 
     for key, rule in LIMITS.items():
+        if merged[key] is None and type(None) in TYPES[key][0]:
+            continue  # None is a choice of its own ("the default"), not a number
         wrong = limits.problem(key, merged[key], rule)
         if wrong:
             out_of_range(key, f"{wrong}.")

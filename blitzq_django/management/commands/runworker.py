@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from dataclasses import replace
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
 from ... import conf
+from ...companions import Running
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
 
@@ -51,6 +53,7 @@ class Command(BaseCommand):
             config = cli.worker_config(options, {
                 "queues": self._queues(options["queues"], merged),
                 "concurrency": merged["CONCURRENCY"],
+                "threads": merged["THREADS"] or 0,
                 "queue_concurrency": dict(merged["QUEUE_CONCURRENCY"]),
                 "visibility_timeout": float(merged["VISIBILITY_TIMEOUT"]),
                 "max_deliveries": merged["MAX_DELIVERIES"],
@@ -58,6 +61,10 @@ class Command(BaseCommand):
             })
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
+        if not config.threads:
+            # `def` tasks honour the concurrency (--concurrency or CONCURRENCY) unless
+            # THREADS or --threads says otherwise.
+            config = replace(config, threads=config.concurrency)
         if merged["BROKER"] == "memory":
             self.stderr.write("BLITZQ['BROKER'] is 'memory': this worker sees only messages "
                               "enqueued in this process.")
@@ -73,10 +80,14 @@ class Command(BaseCommand):
                 raise CommandError(f"a worker process exited with status {code}")
             return
         worker = Worker(client, config, around_sync_call=[close_old_connections])
+        # The history writer and the outbox relay run beside the worker, in threads.
+        companions = Running().start(merged)
         try:
             stats = asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
+        finally:
+            companions.stop()
         if options["verbosity"] >= 1:
             counts = ", ".join(f"{k} {v}" for k, v in stats.as_dict().items())
             self.stdout.write(f"worker {worker.name} stopped: {counts}")

@@ -1,0 +1,7 @@
+"""Placeholder until the outbox companion lands (issue 8)."""
+
+from typing import Any
+
+
+def companion(settings: dict[str, Any]) -> None:
+    return None
