@@ -52,6 +52,10 @@ class BlitzqTask(Task[P, R]):
         super().__init__(spec, client, call)
         # Without queue=, a task goes to BLITZQ["DEFAULT_QUEUE"] as it is at enqueue time.
         self.queue_declared = queue_declared
+        # (client, resolved call options): resolved once per client, and the client is
+        # rebuilt when BLITZQ changes, so a settings change is seen and nothing is
+        # re-read per enqueue.
+        self._resolved: tuple[Any, CallOptions] | None = None
 
     def _with_call(self, call: CallOptions) -> BlitzqTask[P, R]:
         return BlitzqTask(self.spec, self._client, call, queue_declared=self.queue_declared)
@@ -59,9 +63,16 @@ class BlitzqTask(Task[P, R]):
     @property
     def call(self) -> CallOptions:
         """The per-call options of the next enqueue, with the queue resolved."""
-        if self.queue_declared or self._call.queue or conf.get_client().route(self.spec.name):
-            return self._call  # the client routes it (ROUTES) or it names its queue
-        return self._call.merged(queue=conf.default_queue())
+        client = conf.get_client()
+        resolved = self._resolved
+        if resolved is not None and resolved[0] is client:
+            return resolved[1]
+        call = self._call
+        if not (self.queue_declared or call.queue or client.route(self.spec.name)):
+            # Neither named nor routed (ROUTES): the default queue of these settings.
+            call = call.merged(queue=client.default_queue)
+        self._resolved = (client, call)
+        return call
 
     @property
     def queue(self) -> str:

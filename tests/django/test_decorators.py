@@ -105,3 +105,22 @@ def test_failure_hooks_are_task_options(blitzq_memory: Any) -> None:
     assert [r.state for r in failures] == ["retrying", "dead_lettered"]
     assert [(d.id, d.reason, d.error_type) for d in letters] == [
         (handle.id, "retries exhausted", "ValueError")]
+
+
+def test_enqueue_resolves_the_settings_once_per_client(settings: Any, monkeypatch: Any) -> None:
+    settings.BLITZQ = {"BROKER": "memory", "QUEUES": ["main"], "DEFAULT_QUEUE": "main"}
+
+    @blitzq_task
+    def counted() -> None: ...
+
+    assert counted.enqueue().queue == "main"
+    reads = []
+    real = conf.get_settings
+    monkeypatch.setattr(conf, "get_settings", lambda: reads.append(1) or real())
+    for _ in range(5):
+        counted.enqueue()
+    assert reads == []
+    # A change of BLITZQ builds a new client, and the task follows it.
+    monkeypatch.undo()
+    settings.BLITZQ = {"BROKER": "memory", "QUEUES": ["other"], "DEFAULT_QUEUE": "other"}
+    assert counted.enqueue().queue == "other"

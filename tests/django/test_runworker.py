@@ -79,7 +79,7 @@ def test_supervised_processes_drain_the_queue_and_recycle(
 
 
 def test_sigterm_stops_the_worker_gracefully(worker_env: dict[str, str], manage: Any) -> None:
-    proc = manage("runworker", "-v", "2", env=worker_env)
+    proc = manage("runworker", "-v", "2", "--no-reload", env=worker_env)
     lines: list[str] = []
     assert proc.stderr is not None
     wait_until(lambda: lines.append(proc.stderr.readline()) or "serving" in lines[-1],
@@ -168,3 +168,27 @@ def test_default_queues_are_settings_queues_plus_declared_ones(settings: Any) ->
     assert Command._queues(["a,b", "c"], {}) == ("a", "b", "c")
     warnings = [w for w in check_task_queues() if w.obj == build_report.name]
     assert [w.id for w in warnings] == ["blitzq.W002"]
+
+
+def test_reload_restarts_the_worker_on_a_code_change(worker_env: dict[str, str],
+                                                     manage: Any) -> None:
+    proc = manage("runworker", "--reload", "-v", "2", "--log-level", "info", env=worker_env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+
+    def serving() -> int:
+        return sum("serving" in line for line in lines)
+
+    wait_until(lambda: serving() >= 1, timeout=30, message="worker started")
+    source = Path(tasks.__file__)
+    # Django's file watcher polls mtimes each second; keep touching until it notices.
+    wait_until(lambda: os.utime(source) or serving() >= 2, timeout=30,
+               message="worker started again after the change")
+    text = "".join(lines)
+    assert "changed, reloading" in text and "code changed: starting the worker again" in text
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, "".join(lines)
+    reader.join(10)
+    proc.communicate()  # closes its pipes
+    assert "Traceback" not in "".join(lines)

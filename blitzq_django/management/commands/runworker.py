@@ -6,6 +6,7 @@ List ``blitzq_django`` BEFORE ``channels`` in INSTALLED_APPS: Channels ships a
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import sys
@@ -16,11 +17,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
-from ... import conf
+from ... import conf, reloading
 from ...companions import Running
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
 
+LOG_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
+              "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
@@ -38,14 +41,38 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         # The engine CLI's options: one definition for both ways of running a worker.
         cli.add_worker_arguments(parser)
+        # None: BLITZQ["PROCESSES"] (the engine CLI's default is 1).
+        parser.set_defaults(processes=None)
+        parser.add_argument(
+            "--reload", action=argparse.BooleanOptionalAction, default=None,
+            help="restart the worker when a Python file changes, gracefully (default: "
+                 "settings.DEBUG; never with --processes above 1)")
+        parser.add_argument(
+            "--log-level", choices=sorted(LOG_LEVELS), type=str.upper, default=None,
+            help="level of the 'blitzq' logger (default: from --verbosity, INFO at 1)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self._configure_logging(options["verbosity"])
+        self._configure_logging(options["verbosity"], options.get("log_level"))
         try:
             merged = conf.get_settings()
             client = conf.get_client()
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
+        if options.get("processes") is None:
+            options["processes"] = merged["PROCESSES"]
+        reload = options.get("reload")
+        if reload is None:
+            from django.conf import settings
+
+            reload = settings.DEBUG and options["processes"] == 1 and not options["burst"]
+        if reload and options["processes"] > 1:
+            raise CommandError("--reload runs one worker process; drop --processes")
+        if reload and not reloading.in_child():
+            # The parent only restarts children; each child checks and runs the worker.
+            code = reloading.run_parent()
+            if code:
+                sys.exit(code)
+            return
         self.check(display_num_errors=False)
         try:
             # No ping first: a worker started before its Redis waits for it (logging each
@@ -82,12 +109,16 @@ class Command(BaseCommand):
         worker = Worker(client, config, around_sync_call=[close_old_connections])
         # The history writer and the outbox relay run beside the worker, in threads.
         companions = Running().start(merged)
+        changed = reloading.watch(worker.stop) if reload else None
         try:
             stats = asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
         finally:
             companions.stop()
+        if changed is not None and changed.is_set():
+            sys.stdout.flush()
+            sys.exit(reloading.RELOAD_EXIT_CODE)
         if options["verbosity"] >= 1:
             counts = ", ".join(f"{k} {v}" for k, v in stats.as_dict().items())
             self.stdout.write(f"worker {worker.name} stopped: {counts}")
@@ -105,7 +136,7 @@ class Command(BaseCommand):
         routed = sorted(set(merged.get("ROUTES", {}).values()))
         return tuple(dict.fromkeys([*merged["QUEUES"], *sorted(declared_queues), *routed]))
 
-    def _configure_logging(self, verbosity: int) -> None:
+    def _configure_logging(self, verbosity: int, level: str | None = None) -> None:
         # Like django-tasks-db: show the worker's log on the console unless the project
         # configured the "blitzq" logger itself.
         logger = logging.getLogger("blitzq")
@@ -114,4 +145,5 @@ class Command(BaseCommand):
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
                                                    "%(message)s"))
             logger.addHandler(handler)
-        logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))
+        logger.setLevel(LOG_LEVELS[level] if level else
+                        VERBOSITY_LEVELS.get(verbosity, logging.INFO))
