@@ -22,8 +22,12 @@ log = logging.getLogger("blitzq.worker")
 class FailureHooks:
     def __init__(self, registry: TaskRegistry, pool: ThreadPoolExecutor,
                  on_failure: Sequence[Callable[[Any], Any]],
-                 on_dead_letter: Sequence[Callable[[Any], Any]]) -> None:
+                 on_dead_letter: Sequence[Callable[[Any], Any]],
+                 around_sync_call: Sequence[Callable[[], Any]] = ()) -> None:
         self._registry = registry
+        # Called before and after each plain hook, as around a `def` task (Django: fresh
+        # database connections).
+        self._around = tuple(around_sync_call)
         self._pool = pool
         self._on_failure = tuple(on_failure)
         self._on_dead_letter = tuple(on_dead_letter)
@@ -44,7 +48,8 @@ class FailureHooks:
             if asyncio.iscoroutinefunction(hook):
                 running: asyncio.Future[Any] = loop.create_task(hook(value))
             else:
-                running = loop.run_in_executor(self._pool, _safe_call, hook, value)
+                running = loop.run_in_executor(self._pool, _safe_call, hook, value,
+                                               self._around)
             self.pending.add(running)  # awaited at shutdown, so no hook is dropped
             running.add_done_callback(self._done)
 
@@ -54,8 +59,15 @@ class FailureHooks:
             log.error("failure hook raised", exc_info=running.exception())
 
 
-def _safe_call(hook: Callable[[Any], Any], value: Any) -> None:
+def _safe_call(hook: Callable[[Any], Any], value: Any,
+               around: Sequence[Callable[[], Any]] = ()) -> None:
     try:
-        hook(value)
+        for call in around:
+            call()
+        try:
+            hook(value)
+        finally:
+            for call in around:
+                call()
     except Exception:
         log.exception("failure hook %r raised", hook)

@@ -143,7 +143,7 @@ class Worker:
         self.intake = Intake(self)
         self.leases = LeaseKeeper(self)
         self.hooks = FailureHooks(self.client.registry, self.pool, self._on_failure,
-                                  self._on_dead_letter)
+                                  self._on_dead_letter, self.around_sync_call)
         if install_signal_handlers:
             self._install_signals()
         if self._stop_requested:

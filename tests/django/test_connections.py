@@ -1,0 +1,103 @@
+"""Database connections in worker threads: handled as around a request.
+
+``runworker`` calls ``close_old_connections`` before and after each `def` task and
+each plain failure hook, so CONN_MAX_AGE applies to worker threads as it does to
+request threads, and a connection broken by a task is not handed to the next one.
+`async def` tasks use the async ORM.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+
+from blitzq_django.decorators import blitzq_task
+from testproject.shop.models import Order
+from tests.django.conftest import running_worker
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_def_task_connection_is_closed_after_it_with_conn_max_age_0(
+        blitzq_memory: Any, settings: Any) -> None:
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    seen: list[Any] = []
+
+    @blitzq_task(name="tests.conn.count")
+    def count() -> int:
+        seen.append(connections["default"])  # this worker thread's own wrapper
+        return Order.objects.count()
+
+    with running_worker(blitzq_memory, concurrency=2, threads=2):
+        assert count.enqueue().result(timeout=10) == 0
+        (wrapper,) = seen
+        assert wrapper is not connections["default"]  # not the test thread's
+        # close_old_connections() after the task closed it (max age 0).
+        wait_until(lambda: wrapper.connection is None, timeout=10,
+                   message="connection closed after the task")
+
+
+def test_a_broken_connection_is_not_reused_by_the_next_task(blitzq_memory: Any,
+                                                             settings: Any) -> None:
+    if connection.vendor != "postgresql":
+        # Django asks the server whether a connection that saw an error is usable;
+        # SQLite's answer is always yes, so only a server database shows the handling.
+        pytest.skip("needs PostgreSQL (runs in the PostgreSQL pass of scripts/test.py)")
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 600  # persistent, as in production
+    wrappers: list[Any] = []
+
+    @blitzq_task(name="tests.conn.breaks")
+    def breaks() -> None:
+        Order.objects.count()
+        wrapper = connections["default"]
+        wrappers.append(wrapper)
+        wrapper.connection.close()  # as a server restart would
+        wrapper.errors_occurred = True  # what Django sets on a failed query
+
+    @blitzq_task(name="tests.conn.after")
+    def after() -> int:
+        return Order.objects.count()
+
+    # One thread: the second task runs on the same thread, with the same wrapper.
+    with running_worker(blitzq_memory, concurrency=1, threads=1):
+        breaks.enqueue().record(timeout=10)
+        assert after.enqueue().result(timeout=10) == 0
+    assert len(wrappers) == 1
+
+
+def test_failure_hooks_get_the_same_connection_handling(blitzq_memory: Any,
+                                                        settings: Any) -> None:
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    seen: list[Any] = []
+    hooked = threading.Event()
+
+    def on_failure(record: Any) -> None:
+        seen.append((connections["default"], Order.objects.count()))
+        hooked.set()
+
+    @blitzq_task(name="tests.conn.fails", retries=0, on_failure=on_failure)
+    def fails() -> None:
+        raise ValueError("no")
+
+    with running_worker(blitzq_memory, concurrency=1, threads=1):
+        fails.enqueue()
+        assert hooked.wait(10)
+        (wrapper, orders), = seen
+        assert orders == 0
+        wait_until(lambda: wrapper.connection is None, timeout=10,
+                   message="connection closed after the hook")
+
+
+def test_async_tasks_may_use_the_async_orm(blitzq_memory: Any) -> None:
+    @blitzq_task(name="tests.conn.async_orm")
+    async def create(reference: str) -> int:
+        order = await Order.objects.acreate(reference=reference, amount_cents=5)
+        return await Order.objects.filter(pk=order.pk).acount()
+
+    with running_worker(blitzq_memory, concurrency=2):
+        assert create.enqueue("async-1").result(timeout=10) == 1
+    assert Order.objects.filter(reference="async-1").exists()
