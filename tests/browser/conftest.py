@@ -7,6 +7,7 @@ modules skip themselves (a skip raised while importing a conftest is an error, n
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,13 +26,23 @@ MISSING_CHROMIUM = ("Chromium not installed at /usr/bin/chromium "
 
 
 def skip_without_browser() -> None:
-    """Call at the top of a browser test module, before importing playwright."""
+    """Call at the top of a browser test module, before importing playwright.
+
+    Under CI (``CI`` set, as ``.ci/run`` runs) a missing browser fails the module
+    instead: .ci/run installs Chromium, so a skip there would hide lost coverage.
+    """
+    missing = None
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError as exc:
-        pytest.skip(f"playwright is not importable: {exc}", allow_module_level=True)
-    if not CHROMIUM.exists():
-        pytest.skip(MISSING_CHROMIUM, allow_module_level=True)
+        missing = f"playwright is not importable: {exc}"
+    if missing is None and not CHROMIUM.exists():
+        missing = MISSING_CHROMIUM
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"browser tests cannot run under CI: {missing}", pytrace=False)
+    pytest.skip(missing, allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
