@@ -38,6 +38,7 @@ REQS = BENCH / "requirements.txt"
 REQS_NODEPS = BENCH / "requirements-nodeps.txt"
 RESULTS = BENCH / "results" / "latest.json"
 DOC = ROOT / "docs" / "benchmarks.md"
+KEPT_MARKER = "<!-- Below: written by other bench/ scripts; bench/run.py keeps it as is. -->"
 ACCT_DB = 15
 
 
@@ -564,7 +565,10 @@ def write_doc(data: dict) -> None:
             lines.append("- Spread between repeats in this sitting: " + "; ".join(spread) + ".")
         lines.append("")
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text("\n".join(lines))
+    # Sections measured by the other bench/ scripts (history writer, lateness ...) follow
+    # this marker and are kept as they are.
+    kept = DOC.read_text().partition(KEPT_MARKER)[2] if DOC.exists() else ""
+    DOC.write_text("\n".join(lines) + ("\n" + KEPT_MARKER + kept if kept else ""))
 
 
 # -- main ----------------------------------------------------------------------

@@ -13,8 +13,22 @@ class BlitzqConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, conf  # noqa: F401 - registers checks and the setting_changed hook
+        # Registers the checks (periodic: the schedules', blitzq.E016) and the
+        # setting_changed hook.
+        from . import checks, conf, periodic, periodic_db  # noqa: F401
+
+        # Schedules stored in the database: read by every scheduler of this process,
+        # which a save or delete of a row tells to read them again.
+        periodic.add_source(periodic_db.source)
+        periodic_db.connect()
 
         # Import every installed app's tasks.py so the registry knows every task
         # before a worker starts or a view enqueues.
         autodiscover_modules("tasks")
+
+        from . import signals
+
+        if signals.uses_django_tasks():
+            # Imports django.tasks (or the backport), whose check of TASKS (and so our
+            # backend's check()) is registered only once it is imported.
+            from . import backend  # noqa: F401

@@ -13,16 +13,49 @@ blitzq.E008    a REDIS_OPTIONS key that redis-py does not take (hint: the closes
 blitzq.E009    a RATE_LIMITS bucket name or rate that is not valid
 blitzq.E010    a ROUTES key that is not a task name glob, or value not a queue name
 blitzq.E011    a QUEUE_CONCURRENCY queue name or cap that is not valid
+blitzq.E012    HISTORY not one of the modes, or HISTORY_RETENTION not a number of
+               days over 0 and up to 36500
+blitzq.E013    OUTBOX_DATABASES not a non-empty list of database aliases, or
+               EFFECTS_RETENTION not a number of days over 0 and up to 36500
+blitzq.E015    a BLITZQ["PERIODIC"] entry that is not a valid schedule
+blitzq.E016    a schedule runs a task that is not registered, or a PERIODIC name
+               is declared in code (@periodic / schedule=) too
+blitzq.E020    two functions are decorated under one task name (the second is
+               refused: not registered, and its enqueue raises)
+blitzq.E021    (deploy) the Redis server is older than 6.2
+blitzq.E022    (deploy) Redis evicts any key when full (maxmemory-policy allkeys-*):
+               queued messages can vanish
 blitzq.W001    ``manage.py runworker`` is another app's command (e.g. channels)
 blitzq.W002    a task uses a queue not in BLITZQ["QUEUES"]
 blitzq.W003    (deploy) BROKER is "memory": tasks never leave the process
+blitzq.W004    (deploy) THREADS x PROCESSES task threads, plus a margin for the
+               web server, exceed the database's connection limit
+               (PostgreSQL ``max_connections`` - ``superuser_reserved_connections``,
+               MySQL ``max_connections`` - 1)
+blitzq.W005    (deploy) Redis may evict keys with a TTL (maxmemory-policy volatile-*,
+               or allkeys-* while no maxmemory is set): results, idempotency keys,
+               unique markers and revocations can vanish early
+blitzq.W006    (deploy) the maxmemory-policy cannot be read (CONFIG GET refused,
+               INFO without it): eviction is not checked
+blitzq.W007    THREADS x PROCESSES >= 100 with persistent database connections
+               (CONN_MAX_AGE != 0, not SQLite): every task thread keeps one open
+blitzq.W008    HISTORY is on but EVENTS is off: history is fed by the events streams,
+               so no task history is written
+blitzq.E101    (django.tasks backend, blitzq_django/backend.py) TASKS[alias]
+               ['OPTIONS'] has an unknown key or an invalid task option
+blitzq.E102    (django.tasks backend) TASKS[alias]['QUEUES'] holds an invalid name
+blitzq.W101    (django.tasks backend) BLITZQ["STORE_RESULTS"] is False: results
+               of django.tasks are never seen to finish
 =============  ==============================================================
 
-Default checks never touch the network; ``manage.py check --deploy`` pings Redis.
+Default checks never touch the network; ``manage.py check --deploy`` pings Redis
+(over the connection the app uses: REDIS_URL or CACHE_ALIAS), reads its version and
+eviction policy, and reads the database's connection limit.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core import checks
@@ -30,6 +63,12 @@ from django.core import checks
 from . import conf
 
 TAG = "blitzq"
+
+#: The oldest Redis the engine supports (recover.lua needs XPENDING ... IDLE, from 6.2).
+REDIS_MIN_VERSION = (6, 2)
+#: Task threads at which persistent connections are worth a warning (blitzq.W007):
+#: PostgreSQL's default max_connections.
+PERSISTENT_THREADS_WARNING = 100
 
 
 @checks.register(TAG)
@@ -71,8 +110,85 @@ def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
     return found
 
 
+@checks.register(TAG)
+def check_history_needs_events(app_configs: Any = None,
+                               **kwargs: Any) -> list[checks.CheckMessage]:
+    if conf.problems():
+        return []
+    merged = conf.get_settings()
+    if merged["HISTORY"] == "off" or merged["EVENTS"]:
+        return []
+    return [checks.Warning(
+        f"BLITZQ['HISTORY'] is {merged['HISTORY']!r} but BLITZQ['EVENTS'] is False: the "
+        "history writer reads the events streams, so no task history is written.",
+        hint="Set EVENTS to True, or HISTORY to 'off' to say you want none.",
+        obj="settings.BLITZQ", id="blitzq.W008")]
+
+
+@checks.register(TAG)
+def check_task_names(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from .decorators import duplicate_tasks
+
+    return [checks.Error(
+        f"Task name {name!r} is taken by {holder}; {refused} is decorated under the same "
+        "name and was refused.",
+        hint="Give one of them another name: @blitzq_task(name='app.tasks.other'). A "
+             "worker runs the first one registered; enqueueing the refused one raises "
+             "ImproperlyConfigured.",
+        obj=refused, id="blitzq.E020")
+        for name, holder, refused in list(duplicate_tasks) if name in conf.registry]
+
+
+@checks.register(TAG)
+def check_persistent_connections(app_configs: Any = None,
+                                 **kwargs: Any) -> list[checks.CheckMessage]:
+    """blitzq.W007: no network, only settings."""
+    if conf.problems():
+        return []
+    from django.conf import settings
+
+    return persistent_connections(worker_threads(conf.get_settings()),
+                                  getattr(settings, "DATABASES", {}))
+
+
+def persistent_connections(threads: int,
+                           databases: dict[str, dict[str, Any]]) -> list[checks.CheckMessage]:
+    """blitzq.W007 for each database (not SQLite) with CONN_MAX_AGE != 0 when ``threads``
+    task threads may each keep a connection open. Pure."""
+    if threads < PERSISTENT_THREADS_WARNING:
+        return []
+    found: list[checks.CheckMessage] = []
+    for alias, entry in databases.items():
+        age = entry.get("CONN_MAX_AGE", 0)
+        pooled = (entry.get("OPTIONS") or {}).get("pool")
+        if age == 0 or pooled or "sqlite" in str(entry.get("ENGINE", "")):
+            continue
+        found.append(checks.Warning(
+            f"runworker runs up to {threads} `def` tasks at once (THREADS or CONCURRENCY x "
+            f"PROCESSES), and DATABASES[{alias!r}]['CONN_MAX_AGE'] is {age!r}: each task "
+            f"thread that touched {alias!r} keeps its connection open, up to {threads} per "
+            "worker host.",
+            hint="Give the worker CONN_MAX_AGE = 0 (connections are closed after each task), "
+                 "lower BLITZQ['THREADS'], or put a pooler (PgBouncer) in front of the "
+                 "database. `manage.py check --deploy` compares with the real limit "
+                 "(blitzq.W004).",
+            obj=f"settings.DATABASES[{alias!r}]", id="blitzq.W007"))
+    return found
+
+
+def worker_threads(merged: dict[str, Any]) -> int:
+    """The most `def` tasks one runworker runs at once: THREADS (None: CONCURRENCY) per
+    process, times PROCESSES. Each may hold a database connection."""
+    threads = merged["THREADS"] if merged["THREADS"] is not None else merged["CONCURRENCY"]
+    return int(threads) * int(merged["PROCESSES"])
+
+
+# -- deploy: Redis -------------------------------------------------------------------------
+
+
 @checks.register(TAG, deploy=True)
 def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """blitzq.E007 / W003, then the server itself (E021, E022, W005, W006)."""
     if conf.problems():
         return []
     merged = conf.get_settings()
@@ -84,11 +200,173 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
     from .engine.errors import BlitzqError
 
     try:
-        conf.check_connection()
+        client = conf.get_client()
+        conf.check_connection(client)
     except BlitzqError as exc:
         return [checks.Error(str(exc), hint="Start Redis, or fix BLITZQ['REDIS_URL'] / "
                              "CACHE_ALIAS.", obj="settings.BLITZQ", id="blitzq.E007")]
     except Exception as exc:  # noqa: BLE001 - a check must report, not crash
         return [checks.Error(f"cannot use Redis: {type(exc).__name__}: {exc}",
                              obj="settings.BLITZQ", id="blitzq.E007")]
-    return []
+    redis = getattr(getattr(client.broker, "sync", None), "client", None)
+    if redis is None:
+        return []
+    return judge_redis(*read_redis_facts(redis))
+
+
+def read_redis_facts(redis: Any) -> tuple[dict[str, Any], str | None, str]:
+    """(INFO server + memory, maxmemory-policy or None, why it is None) from a redis-py
+    client: the policy from CONFIG GET, else INFO memory's maxmemory_policy (managed
+    services often refuse CONFIG)."""
+    import redis as redis_py
+
+    info: dict[str, Any] = {}
+    why = ""
+    for section in ("server", "memory"):
+        try:
+            info.update(redis.info(section))
+        except redis_py.RedisError as exc:
+            why = f"INFO {section} failed: {exc}"
+    policy = None
+    try:
+        reply = redis.config_get("maxmemory-policy")
+        policy = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
+    except redis_py.RedisError as exc:
+        why = why or f"CONFIG GET failed: {exc}"
+    if isinstance(policy, bytes):
+        policy = policy.decode()
+    if not policy and isinstance(info.get("maxmemory_policy"), str | bytes):
+        value = info["maxmemory_policy"]
+        policy = value.decode() if isinstance(value, bytes) else value
+    if not policy and not why:
+        why = "neither CONFIG GET nor INFO memory gave it"
+    return info, policy or None, why
+
+
+def redis_version(info: dict[str, Any]) -> tuple[int, ...] | None:
+    """The server's version from INFO ("7.0.15" -> (7, 0, 15)), or None if absent."""
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", str(info.get("redis_version", "")))
+    return tuple(int(p) for p in found.groups() if p is not None) if found else None
+
+
+def judge_redis(info: dict[str, Any], policy: str | None,
+                why: str = "") -> list[checks.CheckMessage]:
+    """The deploy checks of one Redis server, from what ``read_redis_facts`` read. Pure."""
+    found: list[checks.CheckMessage] = []
+    version = redis_version(info)
+    if version is not None and version[:2] < REDIS_MIN_VERSION:
+        found.append(checks.Error(
+            f"The Redis server is version {info.get('redis_version')}; blitzq_django needs "
+            f"{'.'.join(map(str, REDIS_MIN_VERSION))} or later.",
+            hint="Upgrade Redis (or point REDIS_URL / CACHE_ALIAS at a newer server): older "
+                 "servers lack what the engine's scripts use (XPENDING ... IDLE, which finds "
+                 "the messages of crashed workers).",
+            obj="settings.BLITZQ", id="blitzq.E021"))
+    if policy is None:
+        found.append(checks.Warning(
+            f"Cannot read the Redis server's maxmemory-policy ({why or 'unknown reason'}); "
+            "whether Redis may evict queued messages is not checked.",
+            hint="Make sure the policy is 'noeviction' in your provider's settings, then "
+                 "silence this warning with SILENCED_SYSTEM_CHECKS = ['blitzq.W006'].",
+            obj="settings.BLITZQ", id="blitzq.W006"))
+        return found
+    if policy == "noeviction":
+        return found
+    unlimited = str(info.get("maxmemory", "")) == "0"
+    hint = ("Set maxmemory-policy to noeviction (CONFIG SET maxmemory-policy noeviction, "
+            "redis.conf, or your provider's parameter group): Redis then refuses writes when "
+            "full, and enqueue raises instead of losing data. Keep a cache on another Redis.")
+    if policy.startswith("allkeys-") and not unlimited:
+        found.append(checks.Error(
+            f"Redis's maxmemory-policy is {policy!r}: when memory is full it evicts any key, "
+            "including the streams that hold queued messages, which then vanish without "
+            "an error.", hint=hint, obj="settings.BLITZQ", id="blitzq.E022"))
+    else:
+        found.append(checks.Warning(
+            f"Redis's maxmemory-policy is {policy!r}"
+            + (" (no maxmemory is set now)" if unlimited else "")
+            + ": when memory is full it evicts keys with a time to live: results, "
+            "idempotency keys, unique markers and revocations can vanish early (a duplicate "
+            "enqueue is then accepted, a cancelled task may run).",
+            hint=hint, obj="settings.BLITZQ", id="blitzq.W005"))
+    return found
+
+
+# -- deploy: database connections ----------------------------------------------------------
+
+
+@checks.register(TAG, deploy=True)
+def check_database_connections(app_configs: Any = None,
+                               **kwargs: Any) -> list[checks.CheckMessage]:
+    """blitzq.W004: task threads against each database's connection limit."""
+    if conf.problems():
+        return []
+    from django.db import connections
+
+    merged = conf.get_settings()
+    found = []
+    for alias in connections:
+        try:
+            limit = database_limit(connections[alias])
+        except Exception:  # noqa: BLE001 - unreachable database: Django's own checks say so
+            continue
+        if limit is not None:
+            count, how = worker_connections(merged, connections[alias].settings_dict)
+            warning = connection_budget(alias, count, *limit, how=how)
+            if warning is not None:
+                found.append(warning)
+    return found
+
+
+def worker_connections(merged: dict[str, Any], database: dict[str, Any]) -> tuple[int, str]:
+    """(connections one runworker may hold to ``database``, how that is counted): one per
+    task thread, or with Django's connection pool (PostgreSQL ``OPTIONS["pool"]``) at most
+    the pool's size per process (psycopg_pool's default: 4)."""
+    threads = worker_threads(merged)
+    pool = (database.get("OPTIONS") or {}).get("pool")
+    if not pool:
+        return threads, ("THREADS or CONCURRENCY x PROCESSES: one per task thread running a "
+                         "`def` task")
+    size = pool if isinstance(pool, dict) else {}
+    per_process = int(size.get("max_size") or size.get("min_size") or 4)
+    return (min(threads, per_process * int(merged["PROCESSES"])),
+            "the connection pool's size x PROCESSES")
+
+
+def database_limit(connection: Any) -> tuple[int, int] | None:
+    """(max_connections, connections reserved for superusers), or None for a database
+    without a known limit (SQLite, other vendors)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW max_connections")
+            limit = int(cursor.fetchone()[0])
+            cursor.execute("SHOW superuser_reserved_connections")
+            reserved = int(cursor.fetchone()[0])
+        return limit, reserved
+    if connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@max_connections")
+            return int(cursor.fetchone()[0]), 1  # one extra connection for SUPER
+    return None
+
+
+def connection_budget(alias: str, threads: int, max_connections: int,
+                      reserved: int = 0, *, how: str = "THREADS or CONCURRENCY x PROCESSES: "
+                      "one per task thread running a `def` task"
+                      ) -> checks.CheckMessage | None:
+    """blitzq.W004 when ``threads`` task threads, plus a margin for everything else
+    (10% of the usable connections, at least 5: web server, migrations, shells), exceed
+    what the database accepts. Pure."""
+    usable = max_connections - reserved
+    margin = max(5, usable // 10)
+    if threads + margin <= usable:
+        return None
+    return checks.Warning(
+        f"runworker may open {threads} connections to database {alias!r} ({how}), but it "
+        f"accepts "
+        f"{usable} ({max_connections} max_connections - {reserved} reserved), and the web "
+        f"server and other clients need some too (a margin of {margin} is kept).",
+        hint="Lower BLITZQ['THREADS'] or PROCESSES (async def tasks need no thread), raise "
+             "the database's max_connections, or put a pooler (PgBouncer) in front of it. "
+             "Several worker hosts multiply the count.",
+        obj=f"settings.DATABASES[{alias!r}]", id="blitzq.W004")

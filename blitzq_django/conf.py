@@ -28,7 +28,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .engine import Client, MemoryBroker, RedisBroker, TaskRegistry
+from .engine import Client, MemoryBroker, RedisBroker, TaskRegistry, TaskSpec
 from .engine.core import limits, rates
 from .engine.core.message import DEFAULT_MAX_MESSAGE_SIZE
 from .engine.core.names import name_ok
@@ -108,11 +108,36 @@ DEFAULTS: dict[str, Any] = {
     # name -> rate, "N/s", "N/m" or "N/h" (e.g. {"stripe": "25/s"}). Enforced across all
     # workers; a bucket holds at most N tokens. See docs/rate-limits.md.
     "RATE_LIMITS": {},
+    # Task history in the database (TaskRecord, docs/django.md): "all" (every task),
+    # "failures" (tasks with a failed, retried or dead-lettered attempt) or "off". Filled
+    # from the events by a writer beside runworker (or manage.py runhistory); needs EVENTS.
+    "HISTORY": "all",
+    # Days a finished task's history row is kept (manage.py blitzq prune-history).
+    "HISTORY_RETENTION": 14,
+    # The transactional outbox (docs/django.md): runworker runs a relay thread that
+    # publishes the rows of OUTBOX_DATABASES (aliases of settings.DATABASES; a durable
+    # enqueue on another one is refused); False: only `manage.py runoutbox` publishes.
+    "OUTBOX_RELAY": True,
+    "OUTBOX_DATABASES": ["default"],
+    # Seconds between two looks at an empty outbox (a commit in the relay's own process
+    # wakes it at once), and rows published per Redis round trip.
+    "OUTBOX_INTERVAL": 0.5,
+    "OUTBOX_BATCH": 100,
+    # Days an effectively-once task's TaskEffect row is kept (blitzq_django.effects.prune):
+    # a redelivery, or an idempotency key reused, after it is gone runs the body again.
+    "EFFECTS_RETENTION": 7,
+    # Periodic tasks (docs/scheduling.md): schedule name -> {"task": "app.tasks.name",
+    # "cron": "0 3 * * *" (tz: default TIME_ZONE) or "every": seconds, and optionally
+    # "args", "kwargs", "queue", "missed" ("run_once", "skip", "run_all"), "catch_up",
+    # "grace", "enabled" and message options (timeout, expires, retries, priority...)}.
+    # Dispatched by manage.py runscheduler (or runworker --with-scheduler).
+    "PERIODIC": {},
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 BROKERS = ("redis", "memory")
+HISTORY_MODES = ("all", "failures", "off")
 REDIS_CACHE_BACKENDS = ("django_redis.cache.RedisCache",
                         "django.core.cache.backends.redis.RedisCache")
 
@@ -147,6 +172,14 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "REDIS_OPTIONS": ((dict,), "a dict"),
     "REDACT": ((list, tuple), "a list of argument names"),
     "RATE_LIMITS": ((dict,), "a dict of bucket name -> rate like '10/s'"),
+    "HISTORY": ((str,), "'all', 'failures' or 'off'"),
+    "HISTORY_RETENTION": (_NUMBER, "a number of days"),
+    "OUTBOX_RELAY": ((bool,), "True or False"),
+    "OUTBOX_DATABASES": ((list, tuple), "a list of database aliases"),
+    "OUTBOX_INTERVAL": (_NUMBER, "a number of seconds"),
+    "OUTBOX_BATCH": ((int,), "an integer"),
+    "EFFECTS_RETENTION": (_NUMBER, "a number of days"),
+    "PERIODIC": ((dict,), "a dict of schedule name -> {'task': ..., 'cron' or 'every': ...}"),
 }
 #: key -> the engine's rule for the value (type, range, finite): the same one the
 #: engine applies when it is handed the value, so the check and the use agree.
@@ -167,11 +200,50 @@ LIMITS: dict[str, limits.Limit] = {
     "THREADS": replace(limits.LIMITS["threads"], low=1, note=" (None = CONCURRENCY)"),
     "PROCESSES": limits.LIMITS["processes"],
     "SHUTDOWN_TIMEOUT": limits.LIMITS["shutdown_timeout"],
+    "OUTBOX_INTERVAL": limits.Limit(False, 0.01, 60),
+    "OUTBOX_BATCH": limits.Limit(True, 1, 1000),
 }
 
 #: The one registry of this process: @blitzq_task adds to it, every client built here
 #: and every worker started by runworker reads it.
-registry = TaskRegistry()
+class DjangoRegistry(TaskRegistry):
+    """The process registry. A name it does not know may be a ``django.tasks`` function
+    of the BlitzQ backend in a module not imported yet (tasks.py modules are imported
+    at startup; others are not): it is imported then, once (blitzq_django.backend)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._unresolved: set[str] = set()
+
+    def find(self, name: str) -> TaskSpec | None:
+        spec = self._specs.get(name)
+        if spec is None and name not in self._unresolved:
+            spec = self._resolve(name)
+        return spec
+
+    def get(self, name: str) -> TaskSpec:
+        spec = self.find(name)
+        return spec if spec is not None else super().get(name)
+
+    def _resolve(self, name: str) -> TaskSpec | None:
+        from .signals import uses_django_tasks
+
+        if not uses_django_tasks():  # settings.TASKS does not name the BlitzQ backend
+            return None
+        try:
+            from .backend import import_task
+        except ImproperlyConfigured:  # neither django.tasks nor the django-tasks backport
+            spec = None
+        else:
+            spec = import_task(name)
+        if spec is None:
+            if len(self._unresolved) > 10_000:
+                self._unresolved.clear()
+            self._unresolved.add(name)
+        return spec
+
+
+registry = DjangoRegistry()
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +277,9 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
     E001 not a dict, E002 unknown key, E003 wrong type, E004 value out of range or not
     a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS, E008 unknown REDIS_OPTIONS key,
     E009 bad RATE_LIMITS bucket name or rate, E010 bad ROUTES entry, E011 bad
-    QUEUE_CONCURRENCY entry.
+    QUEUE_CONCURRENCY entry, E012 bad HISTORY or HISTORY_RETENTION, E013 bad
+    OUTBOX_DATABASES or EFFECTS_RETENTION, E015 bad PERIODIC entry (cron, tz, every,
+    arguments...: blitzq_django/periodic.py).
     """
     if user is None:
         user = user_settings()
@@ -287,9 +361,42 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
         found += [Problem("blitzq.E011", "QUEUE_CONCURRENCY",
                           f"BLITZQ['QUEUE_CONCURRENCY'][{queue!r}] {why}.")
                   for queue, why in _queue_concurrency_problems(merged["QUEUE_CONCURRENCY"])]
+    if "HISTORY" not in bad_type and merged["HISTORY"] not in HISTORY_MODES:
+        modes = ", ".join(map(repr, HISTORY_MODES))
+        found.append(Problem("blitzq.E012", "HISTORY", f"BLITZQ['HISTORY'] must be one of "
+                             f"{modes}, not {merged['HISTORY']!r:.40}.", "Default: 'all'."))
+    retention = merged["HISTORY_RETENTION"]
+    if "HISTORY_RETENTION" not in bad_type and not (
+            math.isfinite(retention) and 0 < retention <= 36_500):
+        found.append(Problem("blitzq.E012", "HISTORY_RETENTION", "BLITZQ['HISTORY_RETENTION'] "
+                             f"must be a number of days over 0 and up to 36500, not "
+                             f"{retention!r:.40}.", "Default: 14."))
+    found += _outbox_effects_problems(merged, bad_type)
+    if "PERIODIC" not in bad_type and merged["PERIODIC"]:
+        from .periodic import periodic_problems
+
+        found += [Problem("blitzq.E015", "PERIODIC", message, hint)
+                  for message, hint in periodic_problems(merged["PERIODIC"])]
     alias = merged["CACHE_ALIAS"]
     if isinstance(alias, str):
         found += _cache_problems(alias, caches)
+    return found
+
+
+def _outbox_effects_problems(merged: dict[str, Any], bad_type: set[str]) -> list[Problem]:
+    """E013: OUTBOX_DATABASES not a non-empty list of aliases, EFFECTS_RETENTION out of range."""
+    found = []
+    aliases = merged["OUTBOX_DATABASES"]
+    if "OUTBOX_DATABASES" not in bad_type and not (
+            aliases and all(isinstance(a, str) and a for a in aliases)):
+        found.append(Problem("blitzq.E013", "OUTBOX_DATABASES", "BLITZQ['OUTBOX_DATABASES'] "
+                             f"must be a non-empty list of database aliases, not "
+                             f"{aliases!r:.60}.", "Default: ['default']."))
+    days = merged["EFFECTS_RETENTION"]
+    if "EFFECTS_RETENTION" not in bad_type and not (math.isfinite(days) and 0 < days <= 36_500):
+        found.append(Problem("blitzq.E013", "EFFECTS_RETENTION", "BLITZQ['EFFECTS_RETENTION'] "
+                             f"must be a number of days over 0 and up to 36500, not "
+                             f"{days!r:.40}.", "Default: 7."))
     return found
 
 
@@ -487,15 +594,31 @@ def events_maxlen(merged: dict[str, Any]) -> int:
     return merged["EVENTS_MAXLEN"] if merged["EVENTS"] else 0
 
 
+#: A broker every client built meanwhile uses instead of the one BROKER describes, or
+#: None. blitzq_django.testing sets it for the length of a test (and calls reset()), so
+#: the settings' other keys (ROUTES, DEFAULT_QUEUE ...) still apply while nothing reaches
+#: Redis. Not for production code.
+broker_override: Any = None
+
+
+def history_on(merged: dict[str, Any]) -> bool:
+    """Whether task history is kept: the events then carry the details it needs (the
+    message at enqueue, the error on failures: engine/core/events.py Event.detail)."""
+    return merged["HISTORY"] != "off" and bool(merged["EVENTS"])
+
+
 def build_client(merged: dict[str, Any]) -> Client:
     """A new Client for these (already validated) settings, on the process registry."""
     try:
-        if merged["BROKER"] == "memory":
-            broker: Any = MemoryBroker(record_ttl=merged["RESULT_TTL"],
+        if broker_override is not None:
+            broker: Any = broker_override
+        elif merged["BROKER"] == "memory":
+            broker = MemoryBroker(record_ttl=merged["RESULT_TTL"],
                                        idempotency_ttl=merged["IDEMPOTENCY_TTL"],
                                        dead_letter_max=merged["DEAD_LETTER_MAX"],
                                        revoke_ttl=merged["REVOKE_TTL"],
-                                       events_maxlen=events_maxlen(merged))
+                                       events_maxlen=events_maxlen(merged),
+                                       event_details=history_on(merged))
         else:
             url, options = redis_location(merged)
             broker = RedisBroker(url, namespace=merged["NAMESPACE"],
@@ -504,6 +627,7 @@ def build_client(merged: dict[str, Any]) -> Client:
                                  dead_letter_max=merged["DEAD_LETTER_MAX"],
                                  revoke_ttl=merged["REVOKE_TTL"],
                                  events_maxlen=events_maxlen(merged),
+                                 event_details=history_on(merged),
                                  redis_options=options)
         return Client(broker, registry, store_results=merged["STORE_RESULTS"],
                       track_state=merged["TRACK_STATE"],
@@ -511,9 +635,16 @@ def build_client(merged: dict[str, Any]) -> Client:
                       max_result_size=merged["MAX_RESULT_SIZE"],
                       default_queue=merged["DEFAULT_QUEUE"],
                       routes=merged["ROUTES"],
-                      rate_limits=merged["RATE_LIMITS"])
+                      rate_limits=merged["RATE_LIMITS"],
+                      schedules=_schedules(merged))
     except BlitzqError as exc:
         raise ImproperlyConfigured(f"settings.BLITZQ: {exc}") from exc
+
+
+def _schedules(merged: dict[str, Any]) -> Any:
+    from .periodic import schedules_for  # periodic imports this module
+
+    return schedules_for(merged)
 
 
 def get_client() -> Client:

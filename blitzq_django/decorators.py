@@ -20,15 +20,18 @@ works at import time, before settings are read.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
 from . import conf
 from .engine import CallOptions, Task, TaskHandle, TaskSpec
+from .engine.client import _calls
 from .engine.core.task import DEFAULT_QUEUE
 from .engine.errors import ConfigurationError
+from .signals import asend_enqueued, send_enqueued, task_enqueued
+from .transactions import TransactionalEnqueue
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -38,14 +41,20 @@ TASK_OPTIONS = frozenset({
     "name", "queue", "retries", "initial_delay", "max_delay", "factor", "jitter", "retry_on",
     "dont_retry_on", "retry", "timeout", "store_result", "dead_letter", "on_failure",
     "on_dead_letter", "expires", "priority", "unique", "rate_limit", "rate_key",
+    "effectively_once", "schedule",
 })
 
 #: Queues named by a task's ``queue=`` option (runworker serves them by default).
 declared_queues: set[str] = set()
 
+#: (name, module.qualname holding it, module.qualname refused): a second function
+#: decorated under a name another one holds. Check blitzq.E020 reports each.
+duplicate_tasks: list[tuple[str, str, str]] = []
 
-class BlitzqTask(Task[P, R]):
-    """An engine Task whose client is settings.BLITZQ's, with Django helpers."""
+
+class BlitzqTask(TransactionalEnqueue, Task[P, R]):
+    """An engine Task whose client is settings.BLITZQ's, with Django helpers: the
+    ``using=`` and ``durable=`` options and ``enqueue_on_commit`` (transactions.py)."""
 
     def __init__(self, spec: TaskSpec, client: Callable[[], Any] = conf.get_client,
                  call: CallOptions | None = None, *, queue_declared: bool = True) -> None:
@@ -79,12 +88,45 @@ class BlitzqTask(Task[P, R]):
         """The queue the next enqueue goes to (see ROUTES for the precedence)."""
         return self.call.queue or conf.get_client().route(self.spec.name) or self.spec.queue
 
-    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
-        """Enqueue once the current transaction on the default database commits.
+    # task_enqueued (signals.py): sent after each message is enqueued, only while the
+    # signal has a receiver.
 
-        Returns the handle at once (its id is assigned now). Nothing is enqueued if the
-        transaction rolls back. For another database use
-        ``blitzq_django.transactions.enqueue_on_commit(task, args, kwargs, using=...)``.
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        handle = super().enqueue(*args, **kwargs)
+        if task_enqueued.receivers:
+            send_enqueued(self.spec, [handle], [(args, kwargs)])
+        return handle
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        handle = await super().aenqueue(*args, **kwargs)
+        if task_enqueued.receivers:
+            await asend_enqueued(self.spec, [handle], [(args, kwargs)])
+        return handle
+
+    def enqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
+        if not task_enqueued.receivers:
+            return super().enqueue_many(calls)
+        pairs = _calls(calls)
+        handles = super().enqueue_many(pairs)
+        send_enqueued(self.spec, handles, pairs)
+        return handles
+
+    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
+        if not task_enqueued.receivers:
+            return await super().aenqueue_many(calls)
+        pairs = _calls(calls)
+        handles = await super().aenqueue_many(pairs)
+        await asend_enqueued(self.spec, handles, pairs)
+        return handles
+
+    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """Enqueue once the current transaction commits: on the default database, or
+        ``options(using="alias")``'s. Every keyword argument goes to the task.
+
+        Returns the handle at once (its id is assigned now; with an idempotency key
+        already held, the id of the message holding it). Nothing is enqueued if the
+        transaction rolls back; outside a transaction it enqueues now. With
+        ``options(durable=True)`` the message goes to the outbox in the transaction.
         """
         from .transactions import enqueue_on_commit
 
@@ -108,7 +150,11 @@ def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> An
     initial_delay, max_delay, factor, jitter, retry_on, dont_retry_on, retry (a
     RetryPolicy), timeout (seconds per attempt), store_result, dead_letter, rate_limit
     ("10/s", "100/m", "1000/h") and rate_key (a bucket of BLITZQ["RATE_LIMITS"], or a
-    callable of the task's arguments naming one; see docs/rate-limits.md).
+    callable of the task's arguments naming one; see docs/rate-limits.md),
+    effectively_once (True or a database alias: the body's database writes commit at
+    most once per message, blitzq_django/effects.py; `def` tasks only), schedule (a cron
+    expression, seconds, a timedelta, or a dict of cron/every, tz, args, kwargs, missed...:
+    the task also runs periodically, blitzq_django/periodic.py, docs/scheduling.md).
     ``async def`` tasks run on the worker's event loop; ``def`` tasks on its thread pool.
     """
     unknown = set(options) - TASK_OPTIONS
@@ -119,20 +165,56 @@ def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> An
     def wrap(f: Callable[P, R]) -> BlitzqTask[P, R]:
         declared = options.get("queue") is not None
         spec_options = {**options, "queue": options.get("queue") or DEFAULT_QUEUE}
+        once = spec_options.pop("effectively_once", False)
+        schedule = spec_options.pop("schedule", None)  # periodic.py, docs/scheduling.md
         where = f"@blitzq_task on {f.__module__}.{f.__qualname__}"
+        body: Callable[..., Any] = f
+        if once:
+            from .effects import wrap as effectively_once
+
+            body = effectively_once(f, once, where)
         try:
-            spec = TaskSpec.build(f, **spec_options)
+            spec = TaskSpec.build(body, **spec_options)
             _check_rate_bucket(spec)
-            spec = conf.registry.add(spec)
         except ConfigurationError as exc:
             raise ImproperlyConfigured(f"{where}: {exc}") from exc
+        try:
+            spec = conf.registry.add(spec)
+        except ConfigurationError:
+            # Another function holds the name: check blitzq.E020 reports it (raising here
+            # would stop Django loading, so `manage.py check` could not say so).
+            return _refused(spec, f, where, declared)
         if declared:
             declared_queues.add(spec.queue)
+        if schedule is not None:
+            from .periodic import declare
+
+            declare(spec.name, schedule, where=where)
         task: BlitzqTask[P, R] = BlitzqTask(spec, conf.get_client, queue_declared=declared)
         functools.update_wrapper(task, f, updated=())
         return task
 
     return wrap(func) if func is not None else wrap
+
+
+def _refused(spec: TaskSpec, f: Callable[..., Any], where: str,
+             declared: bool) -> BlitzqTask[Any, Any]:
+    """The task of a function whose name another one holds: kept out of the registry
+    (a worker runs the holder), listed for check blitzq.E020, and refusing to enqueue."""
+    holder = conf.registry.get(spec.name).func
+    entry = (spec.name, f"{getattr(holder, '__module__', '?')}."
+             f"{getattr(holder, '__qualname__', repr(holder))}", f"{f.__module__}.{f.__qualname__}")
+    if entry not in duplicate_tasks:
+        duplicate_tasks.append(entry)
+    message = (f"{where}: task name {spec.name!r} is already registered by {entry[1]} "
+               "(blitzq.E020); give one of them another name=")
+
+    def refuse() -> Any:
+        raise ImproperlyConfigured(message)
+
+    task: BlitzqTask[Any, Any] = BlitzqTask(spec, refuse, queue_declared=declared)
+    functools.update_wrapper(task, f, updated=())
+    return task
 
 
 def _check_rate_bucket(spec: TaskSpec) -> None:

@@ -34,7 +34,8 @@ FINAL_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.DEAD_
 class TaskRecord(models.Model):
     """One message's history: one row per task id, upserted as its events arrive."""
 
-    task_id = models.CharField(_("task id"), max_length=64, unique=True)
+    # The engine's longest task id (engine/core/validate.py MAX_TASK_ID_LENGTH).
+    task_id = models.CharField(_("task id"), max_length=200, unique=True)
     # Unique but nullable: many rows without a key, at most one per key.
     idempotency_key = models.CharField(_("idempotency key"), max_length=512, unique=True,
                                        null=True, blank=True)
@@ -97,7 +98,7 @@ class OutboxMessage(models.Model):
     under the same id, and the broker's idempotency keeps one message.
     """
 
-    message_id = models.CharField(_("message id"), max_length=64, unique=True)
+    message_id = models.CharField(_("message id"), max_length=200, unique=True)
     outbox = models.CharField(_("outbox"), max_length=100, default="default")
     queue = models.CharField(_("queue"), max_length=100)
     task_name = models.CharField(_("task"), max_length=255)
@@ -122,7 +123,7 @@ class TaskEffect(models.Model):
 
     key = models.CharField(_("key"), max_length=600, unique=True)
     task_name = models.CharField(_("task"), max_length=255)
-    task_id = models.CharField(_("task id"), max_length=64)
+    task_id = models.CharField(_("task id"), max_length=200)
     result = models.JSONField(_("result"), null=True, blank=True)
     created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
 
@@ -157,3 +158,75 @@ class QueueOverview(models.Model):
         default_permissions = ("view",)
         verbose_name = _("queue")
         verbose_name_plural = _("queues")
+
+
+class MissedPolicy(models.TextChoices):
+    # The engine's missed-run policies (blitzq_django.engine.core.schedules).
+    RUN_ONCE = "run_once", _("run once (the latest missed occurrence)")
+    RUN_ALL = "run_all", _("run all (up to the catch-up cap)")
+    SKIP = "skip", _("skip (unless at most 10 s late)")
+
+
+class SchedulePriority(models.TextChoices):
+    DEFAULT = "", _("the task's")
+    HIGH = "high", _("high")
+    NORMAL = "normal", _("normal")
+    LOW = "low", _("low")
+
+
+class PeriodicSchedule(models.Model):
+    """A periodic schedule kept in the database and edited in the admin
+    (docs/scheduling.md, "Schedules in the database").
+
+    ``blitzq_django.periodic_db`` loads the rows as engine schedules for every scheduler;
+    a save or delete tells running schedulers to read them again (after the commit).
+    Exactly one of ``cron`` and ``every`` is set. Its name is unique here and must not be
+    the name of a schedule declared in code or in BLITZQ["PERIODIC"] (the form checks).
+    """
+
+    name = models.CharField(_("name"), max_length=150, unique=True,
+                            help_text=_("Unique; the occurrence ids are periodic:<name>:<ms>."))
+    task = models.CharField(_("task"), max_length=255,
+                            help_text=_("The registered task name, e.g. shop.tasks.cleanup."))
+    cron = models.CharField(_("cron"), max_length=200, blank=True,
+                            help_text=_("minute hour day-of-month month day-of-week, or "
+                                        "@hourly, @daily... Leave empty for an interval."))
+    every = models.FloatField(_("every (seconds)"), null=True, blank=True,
+                              help_text=_("An interval in seconds, aligned on the epoch. "
+                                          "Leave empty for a cron expression."))
+    timezone = models.CharField(_("time zone"), max_length=64, blank=True,
+                                help_text=_("IANA zone of the cron expression (empty: "
+                                            "settings.TIME_ZONE)."))
+    args = models.JSONField(_("args"), default=list, blank=True,
+                            help_text=_('A JSON list, e.g. [1, "two"].'))
+    kwargs = models.JSONField(_("kwargs"), default=dict, blank=True,
+                              help_text=_('A JSON object, e.g. {"days": 30}.'))
+    queue = models.CharField(_("queue"), max_length=100, blank=True,
+                             help_text=_("Empty: the task's queue (after ROUTES)."))
+    priority = models.CharField(_("priority"), max_length=10, blank=True,
+                                choices=SchedulePriority.choices)
+    missed = models.CharField(_("missed runs"), max_length=10, choices=MissedPolicy.choices,
+                              default=MissedPolicy.RUN_ONCE)
+    catch_up = models.PositiveIntegerField(_("catch-up cap"), default=100,
+                                           help_text=_("run all: at most this many missed "
+                                                       "occurrences run (the most recent)."))
+    enabled = models.BooleanField(_("enabled"), default=True,
+                                  help_text=_("A paused schedule is not dispatched."))
+    description = models.TextField(_("description"), blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("periodic schedule")
+        verbose_name_plural = _("periodic schedules")
+        ordering = ("name",)
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(cron="", every__isnull=False, every__gt=0)
+                           | (~models.Q(cron="") & models.Q(every__isnull=True))),
+                name="blitzq_schedule_cron_xor_every"),
+        ]
+        permissions = [("run_periodicschedule", _("Can run a schedule now"))]
+
+    def __str__(self) -> str:
+        return self.name

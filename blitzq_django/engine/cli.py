@@ -1,4 +1,5 @@
-"""Command line of the engine: ``python -m blitzq_django.engine worker module:client``.
+"""Command line of the engine: ``python -m blitzq_django.engine worker module:client``
+(and ``scheduler module:client``, docs/scheduling.md).
 
 The Django ``runworker`` command shares these options and the way they are run.
 """
@@ -212,6 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     worker_parser.add_argument("app", help="module:attribute of a Client (or a factory of one)")
     worker_parser.add_argument("--log-level", default=os.environ.get("BLITZQ_LOG_LEVEL", "INFO"))
     add_worker_arguments(worker_parser)
+    scheduler_parser = sub.add_parser(
+        "scheduler", help="run a scheduler: dispatch periodic tasks, promote delayed ones")
+    scheduler_parser.add_argument("app", help="module:attribute of a Client (or a factory of "
+                                  "one)")
+    scheduler_parser.add_argument("--log-level",
+                                  default=os.environ.get("BLITZQ_LOG_LEVEL", "INFO"))
+    add_scheduler_arguments(scheduler_parser)
     ops_cli.add_commands(sub, leaf=_add_app_argument)
     return parser
 
@@ -227,6 +235,8 @@ def main(argv: Sequence[str] | None = None,
     args = build_parser().parse_args(argv)
     if args.command == "worker":
         return _run_worker(args, argv, load or _load)
+    if args.command == "scheduler":
+        return _run_scheduler(args, load or _load)
     return _run_ops(args, load or _load_for_ops)
 
 
@@ -239,6 +249,44 @@ def _run_worker(args: argparse.Namespace, argv: list[str],
         config = worker_config(vars(args))
         return run(client, config, args.processes, [sys.executable, "-m", "blitzq_django.engine",
                                                     *argv])
+    except BlitzqError as exc:
+        print(f"blitzq: {exc}", file=sys.stderr)
+        return 2
+
+
+def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a scheduler (engine CLI and ``manage.py runscheduler``)."""
+    add = parser.add_argument
+    add("--no-promote", action="store_true",
+        help="do not move due scheduled (delayed) messages onto their queues")
+    add("--queues", "--queue", "-Q", action="append", default=[], metavar="A,B",
+        help="also promote these queues (default: every known queue)")
+    add("--poll-interval", type=number("schedule_poll_interval"), default=0.5,
+        help="longest a due delayed message waits for promotion, in seconds (default 0.5)")
+    add("--name", default=None, help="scheduler name in logs (default host:pid:random)")
+
+
+def run_scheduler(client: Client, options: dict[str, Any], **kwargs: Any) -> int:
+    """Run one scheduler until SIGTERM/SIGINT; 2 if a schedule names an unknown task."""
+    from .scheduler import Scheduler
+
+    unknown = [f"schedule {s.name!r}: task {s.task!r} is not registered"
+               for s in client.schedule_registry if client.registry.find(s.task) is None]
+    if unknown:
+        raise ConfigurationError("; ".join(unknown))
+    scheduler = Scheduler(client, promote=not options.get("no_promote"),
+                          queues=parse_queues(options.get("queues") or []),
+                          poll_interval=options.get("poll_interval") or 0.5,
+                          name=options.get("name"), **kwargs)
+    asyncio.run(scheduler.run(install_signal_handlers=True, close_broker=True))
+    return 0
+
+
+def _run_scheduler(args: argparse.Namespace, load: Callable[[str], Client]) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
+    try:
+        return run_scheduler(load(args.app), vars(args))
     except BlitzqError as exc:
         print(f"blitzq: {exc}", file=sys.stderr)
         return 2

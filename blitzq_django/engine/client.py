@@ -33,9 +33,11 @@ from .core.validate import (
     priority_lane,
 )
 from .errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTimeout
+from .scheduler.registry import ScheduleRegistry
 
 if TYPE_CHECKING:
     from .dead_letters import DeadLetters
+    from .scheduler.registry import ScheduleInfo
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -67,8 +69,11 @@ class Client:
         max_result_size: int = DEFAULT_MAX_RESULT_SIZE,
         routes: Mapping[str, str] | None = None,
         rate_limits: RateLimits | None = None,
+        schedules: ScheduleRegistry | None = None,
     ) -> None:
         limits.check("max_result_size", max_result_size)  # an int from 1 KiB to 512 MiB
+        #: periodic schedules declared in code (@client.periodic; docs/scheduling.md)
+        self.schedule_registry = schedules if schedules is not None else ScheduleRegistry()
         #: bucket name -> Rate, for tasks with a rate_key (docs/rate-limits.md)
         self.rate_limits: dict[str, Rate] = rate_limits_map(rate_limits)
         self.broker = broker
@@ -93,6 +98,26 @@ class Client:
             return Task(spec, lambda: self)
 
         return wrap(func) if func is not None else wrap
+
+    def periodic(self, schedule: Any = None, **options: Any) -> Any:
+        """Decorator: a task that also runs on a schedule (docs/scheduling.md), e.g.
+        ``@client.periodic("0 3 * * *", tz="Europe/Berlin")`` or ``(every=60)``."""
+        from .scheduler import periodic_decorator
+
+        return periodic_decorator(self, schedule, **options)
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Each schedule of the registry: its last run, next run, last message and its
+        outcome (engine/scheduler ScheduleInfo). A few Redis reads."""
+        from .scheduler import infos
+
+        return infos(self)
+
+    def notify_schedules_changed(self) -> int:
+        """Make every running scheduler read its schedule sources again (within 2 s)."""
+        from .scheduler import notify_changed
+
+        return notify_changed(self)
 
     # -- routing ---------------------------------------------------------------
 

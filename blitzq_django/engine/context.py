@@ -19,6 +19,8 @@ class TaskContext:
     worker: str
     #: the message's headers; they travel on to every message this attempt enqueues
     headers: dict[str, Any] = field(default_factory=dict)
+    #: the idempotency key the message was enqueued with, or None
+    idempotency_key: str | None = None
     #: what the worker flags when this attempt is cancelled: any object with a bool
     #: ``cancelled`` attribute (the worker's entry of the attempt), read by ``cancelled``
     _flag: Any = field(default=None, repr=False, compare=False)

@@ -1,4 +1,5 @@
-"""The ops command line: stats, workers, inspect, cancel, purge, dead letters, events.
+"""The ops command line: stats, workers, schedules, inspect, cancel, purge, dead letters,
+events.
 
 One implementation for both ways in: ``python -m blitzq_django.engine <command> APP ...``
 (engine/cli.py) and ``manage.py blitzq <command> ...`` (the Django command). Each builds
@@ -220,6 +221,9 @@ def add_commands(subparsers: Any,
 
     command(subparsers, "workers", run_workers, "the live workers, as of their last heartbeat")
 
+    command(subparsers, "schedules", run_schedules,
+            "periodic schedules: last run, next run, last message and its outcome")
+
     inspect = command(subparsers, "inspect", run_inspect, "what is known of one message")
     inspect.add_argument("id", metavar="ID")
     inspect.add_argument("--queue", "-Q", help="its queue (default: the default queue)")
@@ -329,6 +333,28 @@ def run_workers(ops: Ops, args: argparse.Namespace) -> None:
             for w in workers]
     table(ops.console, ["NAME", "HOST", "PID", "QUEUES", "RUNNING", "PROCESSED", "UP",
                         "LAST BEAT", "VERSION"], rows)
+
+
+def run_schedules(ops: Ops, args: argparse.Namespace) -> None:
+    infos = ops.client.schedules()
+    if args.json:
+        ops.console.document({"schedules": [i.as_dict() for i in infos]})
+        return
+    if not infos:
+        ops.console.line("no periodic schedules")
+        return
+    now = now_ms()
+
+    def when(ms: int | None, past: bool) -> str:
+        if ms is None:
+            return "-"
+        return f"{clock(ms)} ({age(now - ms) + ' ago' if past else 'in ' + age(ms - now)})"
+
+    rows = [[i.name, i.task, i.schedule, i.queue, when(i.last_run_ms, True),
+             when(i.next_run_ms, False), i.last_message_id or "-", i.outcome]
+            for i in infos]
+    table(ops.console, ["NAME", "TASK", "SCHEDULE", "QUEUE", "LAST RUN", "NEXT RUN",
+                        "LAST MESSAGE", "OUTCOME"], rows)
 
 
 # -- one message -------------------------------------------------------------------------
@@ -591,11 +617,19 @@ def run_events(ops: Ops, args: argparse.Namespace) -> None:
     events = ops.client.events(queue, after=after, count=args.count)
     if args.json:
         cursor = events[-1].cursor if events else after
-        ops.console.document({"events": [dataclasses.asdict(e) for e in events],
+        ops.console.document({"events": [event_document(e) for e in events],
                               "cursor": cursor})
         return
     for event in events:
         ops.console.line(event_line(event))
+
+
+def event_document(event: Event) -> dict[str, Any]:
+    """An event as JSON, without its ``detail`` (the message's arguments and the error,
+    unmasked, for the history writer: not for a terminal or a log)."""
+    document = dataclasses.asdict(event)
+    document.pop("detail", None)
+    return document
 
 
 def follow_events(ops: Ops, args: argparse.Namespace, queue: str) -> None:
@@ -610,7 +644,7 @@ def follow_events(ops: Ops, args: argparse.Namespace, queue: str) -> None:
                                        block_ms=FOLLOW_BLOCK_MS)
             for event in events:
                 if args.json:
-                    ops.console.document(dataclasses.asdict(event))
+                    ops.console.document(event_document(event))
                 else:
                     ops.console.line(event_line(event))
             if events:

@@ -11,3 +11,14 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return f"order {self.reference} ({self.status})"
+
+
+class Delivery(models.Model):
+    """One row per run of a task body that records a delivery: no unique constraint, so a
+    body that runs twice leaves two rows (the effectively-once tests count them)."""
+
+    reference = models.CharField(max_length=100, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"delivery {self.reference}"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
 
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import current_task
+from blitzq_django.periodic import periodic
 
-from .models import Order
+from .models import Delivery, Order
 
 
 @blitzq_task
@@ -50,3 +53,41 @@ def charge_card(reference: str, fail_times: int = 2) -> str:
 def validate_card(number: str) -> None:
     """Always rejects: after its one retry the message is dead-lettered."""
     raise ValueError(f"card {number[-4:]} declined (simulated)")
+
+
+@blitzq_task(effectively_once=True)
+def record_delivery(reference: str) -> int:
+    """Inserts a Delivery row each time its body runs (no unique constraint), made
+    effectively-once: a redelivered message returns the first run's result instead.
+
+    Fault tests: when BLITZQ_TEST_KILL_AFTER_COMMIT lists ``reference`` (comma-separated),
+    the worker SIGKILLs itself right after the commit, before Redis hears of the outcome.
+    """
+    from django.db import transaction
+
+    row = Delivery.objects.create(reference=reference)
+    doomed = os.environ.get("BLITZQ_TEST_KILL_AFTER_COMMIT", "")
+    if doomed and reference in doomed.split(","):
+        transaction.on_commit(lambda: os.kill(os.getpid(), signal.SIGKILL))
+    return row.pk
+
+
+@periodic(every=60, missed="skip")
+def count_orders() -> int:
+    """A periodic task (docs/scheduling.md): every minute, on the minute, while a
+    ``manage.py runscheduler`` (or ``runworker --with-scheduler``) runs; ``manage.py blitzq
+    schedules`` shows its last run, next run and outcome."""
+    return Order.objects.count()
+
+
+@blitzq_task(schedule={"cron": "30 2 * * *", "tz": "Europe/Berlin", "kwargs": {"days": 30}})
+def purge_old_deliveries(days: int) -> int:
+    """Nightly at 02:30 Berlin time: a cron schedule with a zone (on the night clocks jump
+    from 02:00 to 03:00 there is no 02:30, and it does not run)."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    cutoff = timezone.now() - dt.timedelta(days=days)
+    deleted, _ = Delivery.objects.filter(created_at__lt=cutoff).delete()
+    return deleted

@@ -168,3 +168,34 @@ def test_unknown_priority_is_refused_where_it_is_given(bad: Any) -> None:
 
     with pytest.raises(ConfigurationError, match=r"b.options\(\).*priority must be one of"):
         b.options(priority=bad)
+
+
+def test_one_settle_batch_spanning_lanes_settles_every_lane(redis_broker: RedisBroker) -> None:
+    # One settle call is one script call per lane under one token; each lane's call
+    # must find only its own receipt (a shared one answered the second lane with the
+    # first lane's replies and applied nothing).
+    from blitzq_django.engine.brokers.base import DONE, Settlement
+    from blitzq_django.engine.core.message import decode
+
+    client = Client(redis_broker)
+
+    @client.task(name="job")
+    async def job() -> None: ...
+
+    ids = [job.options(priority=p).enqueue().id for p in ("high", "normal", "low", "low")]
+
+    async def scenario() -> list[bool]:
+        await redis_broker.prepare(["default"])
+        deliveries = await redis_broker.fetch(["default"], "c1", 10, 0)
+        assert sorted(d.priority or "" for d in deliveries) == ["", "high", "low", "low"]
+        messages = {d.key: decode(d.payload or b"") for d in deliveries}
+        assert sorted(m.id for m in messages.values()) == sorted(ids)
+        settled = [Settlement(d, DONE, messages[d.key].id) for d in deliveries]
+        replies = await redis_broker.settle("c1", settled, now_ms=1, token="t1")
+        # The batch sent again (its reply lost) changes nothing and answers the same.
+        assert await redis_broker.settle("c1", settled, now_ms=1, token="t1") == replies
+        await redis_broker.aclose()
+        return replies
+
+    assert asyncio.run(scenario()) == [True] * 4
+    assert redis_broker.queue_stats("default")["in_flight"] == 0

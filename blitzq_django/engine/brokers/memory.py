@@ -98,12 +98,14 @@ class MemoryBroker:
 
     def __init__(self, *, record_ttl: int = 86400, idempotency_ttl: int = 86400,
                  dead_letter_max: int = 100_000, revoke_ttl: int = 3600,
-                 events_maxlen: int = 100_000) -> None:
+                 events_maxlen: int = 100_000, event_details: bool = False) -> None:
         limits.check_all(record_ttl=record_ttl, idempotency_ttl=idempotency_ttl,
                          dead_letter_max=dead_letter_max, revoke_ttl=revoke_ttl,
                          events_maxlen=events_maxlen)
         #: events kept per queue (exactly: a capped line); 0: events off
         self.events_maxlen = events_maxlen
+        #: events carry details (Event.detail), as RedisBroker(event_details=True)
+        self.event_details = event_details
         self._events: dict[str, deque[ev.Event]] = {}
         self._event_seq = itertools.count(1)
         self._event_ms = 0  # the last event's ms: cursors only grow
@@ -185,7 +187,9 @@ class MemoryBroker:
                     self._records[(item.queue, item.message_id)] = (expires, item.record)
                 if self.events_maxlen:
                     self._append_event(item.queue, ev.SCHEDULED if item.due_ms else ev.ENQUEUED,
-                                       item.message_id, item.task)
+                                       item.message_id, item.task,
+                                       detail=ev.message_detail(item.payload)
+                                       if self.event_details else None)
                 ids.append(item.message_id)
             self._wake()
         return ids
@@ -329,7 +333,8 @@ class MemoryBroker:
                     if self.events_maxlen:
                         head = ev.peek(payload)
                         self._append_event(queue, ev.REPLAYED, new_id, head[1] if head else "",
-                                           attempt=1)
+                                           attempt=1, detail=ev.message_detail(payload)
+                                           if self.event_details else None)
                     done += 1
             self._wake()
         return done
@@ -428,7 +433,8 @@ class MemoryBroker:
                                            s.started_ms, attempt, consumer)
                     self._append_event(queue, ev.OF_STATE.get(s.state) or s.state or s.kind,
                                        s.message_id, s.task, now_ms, attempt, consumer,
-                                       s.duration_ms, s.error_type)
+                                       s.duration_ms, s.error_type,
+                                       ev.failure_detail(s) if self.event_details else None)
                 replies.append(True)
             self._wake()
         return replies
@@ -570,7 +576,7 @@ class MemoryBroker:
     def _append_event(self, queue: str, kind: str, message_id: str, task: str | None,
                       time_ms: int | None = None, attempt: int | None = None,
                       worker: str | None = None, duration_ms: int | None = None,
-                      error_type: str | None = None) -> None:
+                      error_type: str | None = None, detail: Any = None) -> None:
         """Append one event to ``queue``'s line (lock held; events on). The caller wakes
         the readers (``_wake``) once its change is complete."""
         line = self._events.get(queue)
@@ -579,7 +585,7 @@ class MemoryBroker:
         self._event_ms = max(self._event_ms, _now_ms())
         line.append(ev.Event(f"{self._event_ms}-{next(self._event_seq)}", queue, kind,
                              message_id, task or "", time_ms or _now_ms(), attempt, worker,
-                             duration_ms, error_type))
+                             duration_ms, error_type, detail))
 
     def _events_after(self, queue: str, after: tuple[int, int], count: int) -> list[ev.Event]:
         out = []

@@ -18,7 +18,7 @@ from typing import Any
 import redis.asyncio
 
 from ..core import limits
-from ..core.events import OF_STATE, STARTED, Event
+from ..core.events import OF_STATE, STARTED, Event, failure_detail
 from ..core.events import packer as event_packer
 from ..core.record import FINAL_STATES, Record
 from ..errors import BrokerError, BrokerUnavailable
@@ -74,12 +74,16 @@ class RedisBroker:
         sync_client: redis.Redis | None = None,
         revoke_ttl: int = REVOKE_TTL,
         events_maxlen: int = EVENTS_MAXLEN,
+        event_details: bool = False,
     ) -> None:
         limits.check_all(record_ttl=record_ttl, idempotency_ttl=idempotency_ttl,
                          dead_letter_max=dead_letter_max, revoke_ttl=revoke_ttl,
                          events_maxlen=events_maxlen)
         #: about this many events are kept per queue (XADD MAXLEN ~); 0: events off
         self.events_maxlen = events_maxlen
+        #: events carry details (core/events.py Event.detail): the message on the enqueue
+        #: side, error message and traceback on failures. For a history writer.
+        self.event_details = event_details
         self.revoke_ttl = revoke_ttl
         self.url = url
         self.keys = Keyspace(namespace)
@@ -120,7 +124,7 @@ class RedisBroker:
             if self.events_maxlen:  # the message and its event: one step
                 return ops.enqueue_plain(keys, ((item.payload, item.message_id, item.task),),
                                          events_maxlen=self.events_maxlen, now_ms=_now_ms(),
-                                         mode=self.mode)
+                                         mode=self.mode, details=self.event_details)
             if self.mode == "s":
                 return ops.xadd(keys, item.payload)
             return ops.lpush(keys, item.payload)
@@ -133,7 +137,7 @@ class RedisBroker:
                                            or i.unique_key for i in items):
             return ops.enqueue_plain(keys, [(i.payload, i.message_id, i.task) for i in items],
                                      events_maxlen=self.events_maxlen, now_ms=_now_ms(),
-                                     mode=self.mode)
+                                     mode=self.mode, details=self.event_details)
         return ops.enqueue(
             keys,
             [(i.payload, i.message_id, i.due_ms, i.record, i.idempotency_key, i.unique_key,
@@ -143,6 +147,7 @@ class RedisBroker:
             events_maxlen=self.events_maxlen,
             now_ms=_now_ms() if self.events_maxlen else 0,
             mode=self.mode,
+            details=self.event_details,
         )
 
     def _enqueue_plan(self, items: Sequence[Enqueue]) -> tuple[list[Op], list[list[int]]]:
@@ -296,7 +301,7 @@ class RedisBroker:
 
     def _dl_replay(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> Op:
         return ops.replay_dead_letters(self.keys.queue(queue), items, self.mode,
-                                       self.events_maxlen, _now_ms())
+                                       self.events_maxlen, _now_ms(), self.event_details)
 
 
     def dead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]:
@@ -458,6 +463,7 @@ class RedisBroker:
         batch = []
         events_maxlen, of_state = self.events_maxlen, OF_STATE
         pack = event_packer().pack if events_maxlen else None
+        details = self.event_details
         for (queue, priority), indexes in by_queue.items():
             keys = self.keys.queue(queue, priority)
             items: list[tuple[Any, ...]] = []
@@ -473,9 +479,16 @@ class RedisBroker:
                                       attempt, consumer, None, None])
                         started = b""
                     else:
-                        event = pack([of_state.get(s.state) or s.state or s.kind, s.message_id,
-                                      s.task, now_ms, attempt, consumer, s.duration_ms,
-                                      s.error_type])
+                        if details and (s.failure is not None or s.letter is not None):
+                            # A failure carries its error and message (history): rare, so
+                            # the usual outcome pays one test for it.
+                            event = pack([of_state.get(s.state) or s.state or s.kind,
+                                          s.message_id, s.task, now_ms, attempt, consumer,
+                                          s.duration_ms, s.error_type, failure_detail(s)])
+                        else:
+                            event = pack([of_state.get(s.state) or s.state or s.kind,
+                                          s.message_id, s.task, now_ms, attempt, consumer,
+                                          s.duration_ms, s.error_type])
                         started = pack([STARTED, s.message_id, s.task, s.started_ms, attempt,
                                         consumer, None, None]) if s.started_ms else b""
                     items.append((s.kind, s.delivery.entry_id, s.message_id, s.record,

@@ -12,6 +12,10 @@ An absent value is nil, or ``false`` when Redis's Lua ``cmsgpack`` packed it;
 readers map ``false`` to None (``parse``). ``worker`` is the consumer name of the
 worker that made the transition, ``duration_ms`` the attempt's run time (outcomes
 of an attempt that ran), ``error_type`` the exception's type name (failures).
+A broker built with ``event_details=True`` (the Django glue, when task history is on)
+appends a ninth element, ``detail`` (``Event.detail``): the encoded message on the
+enqueue side, the error message, traceback and message on failures (``message_detail``,
+``failure_detail``); readers of eight elements are unaffected.
 
 The canonical Lua to append one (copy it into a script that makes a transition;
 ``maxlen`` comes from the broker, 0 when events are off)::
@@ -117,6 +121,11 @@ class Event:
     worker: str | None = None
     duration_ms: int | None = None
     error_type: str | None = None
+    #: What a broker told to write details (``event_details``) adds: the encoded message
+    #: (bytes; its size, an int, when over DETAIL_MAX_MESSAGE) on enqueued, scheduled (at
+    #: enqueue) and replayed; [error message, traceback, encoded message or its size] on
+    #: failed, retried and dead_lettered. None otherwise.
+    detail: Any = None
 
     @property
     def terminal(self) -> bool:
@@ -139,6 +148,42 @@ def pack(kind: str, id: str, task: str | None, time_ms: int, attempt: int | None
     return packer().pack([kind, id, task, time_ms, attempt, worker, duration_ms, error_type])
 
 
+#: Most bytes of an encoded message an event's detail carries (a larger one: its size).
+#: The events stream is capped by count (EVENTS_MAXLEN), so this bounds its memory: at
+#: most about EVENTS_MAXLEN / 3 messages of this size per queue.
+DETAIL_MAX_MESSAGE = 8 * 1024
+#: Most characters of an error message and of a traceback in a failure's detail.
+DETAIL_MAX_ERROR = 4_000
+DETAIL_MAX_TRACEBACK = 16_000
+
+
+def message_detail(payload: bytes | None) -> bytes | int | None:
+    """The detail of an enqueue-side event: the encoded message, or its size if too big."""
+    if not payload:
+        return None
+    return payload if len(payload) <= DETAIL_MAX_MESSAGE else len(payload)
+
+
+def _cut(text: Any, most: int, tail: bool = False) -> str | None:
+    if not isinstance(text, str):
+        return None
+    if len(text) <= most:
+        return text
+    return "..." + text[-(most - 3):] if tail else text[:most - 3] + "..."
+
+
+def failure_detail(settlement: Any) -> list[Any] | None:
+    """The detail of a failure event (failed, retried, dead_lettered): [error message,
+    traceback (its end kept), encoded message or its size] from a Settlement's failure
+    record or dead letter; None when it has neither."""
+    source = settlement.failure if settlement.failure is not None else settlement.letter
+    if source is None:
+        return None
+    return [_cut(source.error_message, DETAIL_MAX_ERROR),
+            _cut(source.traceback, DETAIL_MAX_TRACEBACK, tail=True),
+            message_detail(settlement.delivery.payload)]
+
+
 def packer() -> msgpack.Packer:
     """This thread's Packer: ``packer().pack([kind, id, task, time_ms, attempt, worker,
     duration_ms, error_type])`` is ``pack()`` without a call per event (the settle path)."""
@@ -157,6 +202,7 @@ def parse(cursor: str, queue: str, data: bytes) -> Event | None:
         return None
     if not isinstance(fields, list) or len(fields) < 4:
         return None
+    detail = _opt(fields[8]) if len(fields) > 8 else None
     fields = [_opt(v) for v in fields[:8]] + [None] * (8 - min(len(fields), 8))
     kind, id_, task, time_ms, attempt, worker, duration, error_type = fields
     if not isinstance(kind, str) or not isinstance(id_, str) or not isinstance(time_ms, int):
@@ -165,7 +211,7 @@ def parse(cursor: str, queue: str, data: bytes) -> Event | None:
                  attempt if isinstance(attempt, int) else None,
                  worker if isinstance(worker, str) else None,
                  duration if isinstance(duration, int) else None,
-                 error_type if isinstance(error_type, str) else None)
+                 error_type if isinstance(error_type, str) else None, detail)
 
 
 # -- the state machine -------------------------------------------------------------------

@@ -27,11 +27,21 @@ key                                     type      holds
 ``bq:{ns:queue}:ev``                    stream    events: every transition of the queue's
                                                   messages (core/events.py); MAXLEN ~
                                                   events_maxlen; the same for every lane
+``bq:{ns:queue}:hl``                    string    lease of the queue's one task history writer
+                                                  (blitzq_django.history): its token; PX 15 s
 ``bq:{ns:queue}:rv``                    zset      revocations (cancel of a queued or running
                                                   message): id -> expiry ms (now +
                                                   revoke_ttl); pruned by score on write
 ``bq:{ns:queue}:done:<id>``             channel   published when a final record is written
-``bq:{ns:queue}:k:<token>``             string    receipt of one settle batch (its reply); TTL
+``bq:{ns:queue}:k:[<lane>:]<token>``    string    receipt of one settle batch in one lane
+                                                  (its reply); TTL
+``bq:{ns:queue}:pc``                     hash      periodic claims: schedule name -> the latest
+                                                  occurrence (ms) handled; compare-and-set by
+                                                  periodic.lua with the dispatch itself
+``bq:{ns:queue}:pl``                     hash      schedule name -> its last dispatch (packed)
+``bq:{ns:queue}:wake``                   channel   "<due ms>", published by enqueue.lua when a
+                                                  delayed message becomes the earliest of a
+                                                  lane's schedule: promoters wake at once
 ``bq:{ns}:workers``                     zset      worker registry: name -> expiry of its entry
 ``bq:{ns}:w:<name>``                    string    one worker's info (WorkerInfo); TTL
 ``bq:{ns}:revoked``                     channel   "<queue> <id>", published by each revocation
@@ -41,6 +51,10 @@ key                                     type      holds
                                                   ms, deferral horizon ms); TTL. Shared by
                                                   every queue, so under the namespace's tag;
                                                   its take is an atomic step of its own
+``bq:{ns}:schedules``                   channel   "schedules changed": a scheduler reloads its
+                                                  schedule sources (a database edit)
+``bq:{ns}:schedules:v``                 string    version of the schedules, INCR with each
+                                                  change (read every 2 s: a missed publish)
 ======================================  ========  =============================================
 """
 
@@ -114,6 +128,11 @@ class QueueKeys:
         return f"{self.tag}:ev"
 
     @property
+    def history_lease(self) -> str:
+        """Held by the one history writer of this queue (blitzq_django.history)."""
+        return f"{self.tag}:hl"
+
+    @property
     def revocations(self) -> str:
         """Revoked message ids (cancelled while queued or running) -> expiry ms."""
         return f"{self.tag}:rv"
@@ -122,7 +141,25 @@ class QueueKeys:
         return f"{self.tag}:done:{message_id}"
 
     def receipt(self, token: str) -> str:
-        return f"{self.tag}:k:{token}"
+        # One per lane: a settle batch spanning lanes makes one script call per lane
+        # under one token, and each call must find only its own receipt.
+        lane = f"{self.priority}:" if self.priority else ""
+        return f"{self.tag}:k:{lane}{token}"
+
+    @property
+    def periodic_claims(self) -> str:
+        """Schedule name -> latest occurrence ms handled (engine/scheduler, periodic.lua)."""
+        return f"{self.tag}:pc"
+
+    @property
+    def periodic_last(self) -> str:
+        """Schedule name -> its last dispatch (packed by the scheduler)."""
+        return f"{self.tag}:pl"
+
+    @property
+    def wake_channel(self) -> str:
+        """Published when a delayed message becomes the earliest of a lane's schedule."""
+        return f"{self.tag}:wake"
 
 
 class Keyspace:
@@ -159,6 +196,16 @@ class Keyspace:
     def rate_bucket(self, name: str) -> str:
         """The token bucket of a rate limit (core/rates.py checks the name's shape)."""
         return f"{PREFIX}:{{{self.namespace}}}:rl:{name}"
+
+    @property
+    def schedules_channel(self) -> str:
+        """Where "the schedules changed" is published (a database edit of a schedule)."""
+        return f"{PREFIX}:{{{self.namespace}}}:schedules"
+
+    @property
+    def schedules_version(self) -> str:
+        """INCR with each schedule change; schedulers compare it every few seconds."""
+        return f"{PREFIX}:{{{self.namespace}}}:schedules:v"
 
     def all_keys_pattern(self) -> str:
         """Glob over every key of this namespace (for purge in tests and tools).

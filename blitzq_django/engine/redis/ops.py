@@ -66,12 +66,15 @@ def enqueue(
     events_maxlen: int = 0,
     now_ms: int = 0,
     mode: str = "s",
+    details: bool = False,
 ) -> Op:
     """Messages of one lane in one call (enqueue.lua), each atomic with its event; parsed
-    to [(written, id)]: the id already holding the key when not written."""
+    to [(written, id)]: the id already holding the key when not written. ``details``:
+    each event carries its message (core/events.py ``message_detail``)."""
     op_keys: list[str] = [keys.stream if mode == "s" else keys.list, keys.schedule,
                           keys.schedule_data, keys.events]
-    args: list[Arg] = [mode, record_ttl, idempotency_ttl, events_maxlen, ""]
+    # ARGV[5]: where a new earliest delayed message is published (promoters wake at once)
+    args: list[Arg] = [mode, record_ttl, idempotency_ttl, events_maxlen, keys.wake_channel]
     unused = keys.unique("-")
     pack = events.packer().pack
     for payload, message_id, due_ms, record, idempotency_key, unique_key, task in items:
@@ -79,8 +82,14 @@ def enqueue(
                     keys.unique(idempotency_key) if idempotency_key else unused,
                     keys.unique_marker(unique_key) if unique_key else unused)
         flags = ("i" if idempotency_key else "") + ("u" if unique_key else "")
-        event = pack([events.SCHEDULED if due_ms else events.ENQUEUED, message_id, task,
-                      now_ms, None, None, None, None]) if events_maxlen else b""
+        if not events_maxlen:
+            event = b""
+        elif details:
+            event = pack([events.SCHEDULED if due_ms else events.ENQUEUED, message_id, task,
+                          now_ms, None, None, None, None, events.message_detail(payload)])
+        else:
+            event = pack([events.SCHEDULED if due_ms else events.ENQUEUED, message_id, task,
+                          now_ms, None, None, None, None])
         args += (payload, message_id, due_ms, record, flags, event)
 
     def parse(reply: Any) -> list[tuple[bool, str]]:
@@ -90,11 +99,19 @@ def enqueue(
 
 
 def enqueue_plain(keys: QueueKeys, items: Sequence[tuple[bytes, str, str]], *,
-                  events_maxlen: int, now_ms: int, mode: str = "s") -> Op:
+                  events_maxlen: int, now_ms: int, mode: str = "s",
+                  details: bool = False) -> Op:
     """Plain messages of one lane with their "enqueued" events (enqueue_plain.lua): items
-    are (payload, message id, task); parsed to how many were written."""
+    are (payload, message id, task); parsed to how many were written. ``details``: each
+    event carries its message (core/events.py ``message_detail``)."""
     args: list[Arg] = [mode, events_maxlen]
     pack = events.packer().pack
+    if details:
+        detail = events.message_detail
+        for payload, message_id, task in items:
+            args += (payload, pack([events.ENQUEUED, message_id, task, now_ms, None, None,
+                                    None, None, detail(payload)]))
+        items = ()
     for payload, message_id, task in items:
         args += (payload, pack([events.ENQUEUED, message_id, task, now_ms, None, None, None,
                                 None]))
@@ -276,13 +293,16 @@ def dead_letter_bodies(keys: QueueKeys, ids: Sequence[str]) -> Op:
 
 
 def replay_dead_letters(keys: QueueKeys, items: Sequence[tuple[str, str, bytes]],
-                        mode: str = "s", events_maxlen: int = 0, now_ms: int = 0) -> Op:
+                        mode: str = "s", events_maxlen: int = 0, now_ms: int = 0,
+                        details: bool = False) -> Op:
     """Items are (dead letter id, id of the message to enqueue, its encoding)."""
     args: list[Arg] = ["replay", mode, events_maxlen]
     for dead_id, new_id, payload in items:
         head = events.peek(payload) if events_maxlen else None
-        event = events.pack(events.REPLAYED, new_id, head[1] if head else "", now_ms,
-                            1) if events_maxlen else b""
+        detail = [events.message_detail(payload)] if details else []
+        event = events.packer().pack([events.REPLAYED, new_id, head[1] if head else "",
+                                      now_ms, 1, None, None, None, *detail]
+                                     ) if events_maxlen else b""
         args += [dead_id, payload, event]
     return Op(script=scripts.DEAD_LETTERS,
               keys=(keys.stream if mode == "s" else keys.list, keys.dead_letters,

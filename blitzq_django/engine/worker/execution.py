@@ -116,7 +116,8 @@ class Executor:
                                attempt=message.attempt,
                                max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
                                delivery_count=delivery.delivery_count, worker=worker,
-                               headers=message.headers, _flag=held)
+                               headers=message.headers,
+                               idempotency_key=message.idempotency_key, _flag=held)
 
         timeout = message.timeout or spec.timeout
         if self._policy.track_state:

@@ -10,7 +10,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ..errors import BlitzqError
+from ..scheduler.promoting import promote_forever
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -25,20 +25,10 @@ def _ms() -> int:
 
 
 async def promote_loop(worker: Worker) -> None:
-    poll = worker.config.schedule_poll_interval
-    while True:
-        wait = poll
-        try:
-            now = _ms()
-            for queue in worker.queues:
-                _moved, next_due = await worker.broker.promote(queue, now, PROMOTE_LIMIT)
-                if next_due >= 0:
-                    wait = min(wait, max(0.0, (next_due - now) / 1000))
-        except Exception as exc:  # this loop must outlive any error
-            log.warning("promotion failed: %s", exc,
-                        exc_info=not isinstance(exc, BlitzqError | OSError))
-        if await worker.helper_wait(wait):
-            return
+    """Until the helpers stop: sleep until the earliest scheduled message is due (at most
+    schedule_poll_interval), woken at once by a new earlier one (scheduler/promoting.py)."""
+    await promote_forever(worker.broker, worker.queues, worker.helpers_stop,
+                          worker.config.schedule_poll_interval)
 
 
 async def promote_all_due(worker: Worker) -> int:

@@ -37,6 +37,7 @@ from .hooks import FailureHooks
 from .inflight import PREFETCHED, Held, InFlight
 from .inflight import RUNNING as EXECUTING
 from .leases import LeaseKeeper
+from .listeners import Listener, Notifier, ObservedExecutor
 from .promotion import promote_all_due, promote_loop
 from .ratelimit import RateGate
 from .revocations import Revocations
@@ -82,6 +83,7 @@ class Worker:
         around_sync_call: Sequence[Callable[[], Any]] = (),
         on_failure: Sequence[Callable[[Any], Any]] = (),
         on_dead_letter: Sequence[Callable[[Any], Any]] = (),
+        listeners: Sequence[Listener] = (),
         **options: Any,
     ) -> None:
         self.client = client
@@ -97,6 +99,10 @@ class Worker:
         #: Record / the DeadLetter once the settlement is written
         self._on_failure = tuple(on_failure)
         self._on_dead_letter = tuple(on_dead_letter)
+        #: observers of each attempt's start and each settlement (listeners.py); none: the
+        #: plain executor and settlement callback run, at no cost
+        self.listeners = tuple(listeners)
+        self.notifier: Notifier | None = None
         self.stats = Stats()
         self.policy = outcome.Policy(client.store_results, client.track_state, self.name,
                                      client.max_result_size, client.max_message_size,
@@ -135,10 +141,15 @@ class Worker:
         """
         self._loop = asyncio.get_running_loop()
         self.pool = ThreadPoolExecutor(self.config.thread_count, thread_name_prefix="blitzq")
-        self.flusher = Flusher(self.broker, self.name, self._settled, self._fallback,
+        on_settled = self._settled
+        if self.listeners:
+            self.notifier = Notifier(self, self.listeners, self.pool)
+            on_settled = self.notifier.wrap(on_settled)
+        self.flusher = Flusher(self.broker, self.name, on_settled, self._fallback,
                                self._unwritten_starts if self._start_with_outcome else None)
         self.revocations = Revocations(self)  # before the parts that read its set
-        self.executor = Executor(self, self.pool)
+        self.executor = (Executor(self, self.pool) if self.notifier is None
+                         else ObservedExecutor(self, self.pool, self.notifier))
         self.gate = RateGate(self)  # admission of rate-limited tasks (ratelimit.py)
         self.intake = Intake(self)
         self.leases = LeaseKeeper(self)
@@ -197,6 +208,8 @@ class Worker:
         if flushing is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(flushing, self.config.shutdown_timeout)
+        if self.notifier is not None:  # listeners of the last settlements
+            await self.notifier.drain(self.config.shutdown_timeout)
         if self.hooks.pending:  # failure hooks of the last settlements
             await asyncio.wait(self.hooks.pending, timeout=self.config.shutdown_timeout)
         if flushing is not None:

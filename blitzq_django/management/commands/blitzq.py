@@ -1,7 +1,7 @@
 """``manage.py blitzq <command>``: the ops command line on the project's client.
 
-stats, workers, inspect, cancel, purge, dead-letters, events: the same commands, flags,
-output and exit codes as ``python -m blitzq_django.engine <command> APP`` (one
+stats, workers, schedules, inspect, cancel, purge, dead-letters, events: the same
+commands, flags, output and exit codes as ``python -m blitzq_django.engine <command> APP`` (one
 implementation, engine/ops_cli.py; docs/cli.md), with ``conf.get_client()`` as the client.
 """
 
@@ -16,12 +16,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import conf
 from ...engine import ops_cli
+from ...history import cli as history_cli
 
 
 class Command(BaseCommand):
-    help = ("Look at and operate the blitzq queues: stats, workers, inspect, cancel, purge, "
-            "dead-letters, events. Exit codes: 0 done, 1 not found or nothing matched, "
-            "2 usage or bad input, 3 Redis unavailable, 4 refused.")
+    help = ("Look at and operate the blitzq queues: stats, workers, schedules, inspect, "
+            "cancel, purge, "
+            "dead-letters, events; task history: history, prune-history. Exit codes: 0 done, "
+            "1 not found or nothing matched, 2 usage or bad input, 3 Redis unavailable, 4 refused.")
     # Ops must work on a project whose other apps have failing checks (that is often
     # when an operator needs them); our own settings are checked by get_client().
     requires_system_checks: list[str] = []
@@ -32,6 +34,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
         ops_cli.add_commands(commands)
+        # Task history (the database's, not Redis's): history, prune-history.
+        history_cli.add_commands(commands)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

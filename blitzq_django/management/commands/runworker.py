@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from dataclasses import replace
 from typing import Any
@@ -17,14 +16,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
-from ... import conf, reloading
+from ... import conf, periodic, reloading
 from ...companions import Running
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
-
-LOG_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
-              "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
-VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+from ...signals import django_tasks_queues, worker_listeners
+from ..logs import LOG_LEVELS, configure_logging
 
 
 class Command(BaseCommand):
@@ -50,9 +47,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--log-level", choices=sorted(LOG_LEVELS), type=str.upper, default=None,
             help="level of the 'blitzq' logger (default: from --verbosity, INFO at 1)")
+        parser.add_argument(
+            "--with-scheduler", action="store_true",
+            help="also dispatch periodic tasks, as runscheduler does (docs/scheduling.md)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self._configure_logging(options["verbosity"], options.get("log_level"))
+        configure_logging(options["verbosity"], options.get("log_level"))
         try:
             merged = conf.get_settings()
             client = conf.get_client()
@@ -106,9 +106,15 @@ class Command(BaseCommand):
             if code:
                 raise CommandError(f"a worker process exited with status {code}")
             return
-        worker = Worker(client, config, around_sync_call=[close_old_connections])
+        # A listener only when a blitzq signal has a receiver now, or a django.tasks
+        # backend of BlitzQ is configured (signals.py): else nothing is paid per message.
+        worker = Worker(client, config, around_sync_call=[close_old_connections],
+                        listeners=worker_listeners())
         # The history writer and the outbox relay run beside the worker, in threads.
         companions = Running().start(merged)
+        # --with-scheduler: the periodic tasks too, on a thread (the worker promotes).
+        scheduler = (periodic.SchedulerThread(periodic.make_scheduler(promote=False)).start()
+                     if options.get("with_scheduler") else None)
         changed = reloading.watch(worker.stop) if reload else None
         try:
             stats = asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
@@ -116,6 +122,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         finally:
             companions.stop()
+            if scheduler is not None:
+                scheduler.stop()
         if changed is not None and changed.is_set():
             sys.stdout.flush()
             sys.exit(reloading.RELOAD_EXIT_CODE)
@@ -134,16 +142,5 @@ class Command(BaseCommand):
         from ...decorators import declared_queues
 
         routed = sorted(set(merged.get("ROUTES", {}).values()))
-        return tuple(dict.fromkeys([*merged["QUEUES"], *sorted(declared_queues), *routed]))
-
-    def _configure_logging(self, verbosity: int, level: str | None = None) -> None:
-        # Like django-tasks-db: show the worker's log on the console unless the project
-        # configured the "blitzq" logger itself.
-        logger = logging.getLogger("blitzq")
-        if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
-                                                   "%(message)s"))
-            logger.addHandler(handler)
-        logger.setLevel(LOG_LEVELS[level] if level else
-                        VERBOSITY_LEVELS.get(verbosity, logging.INFO))
+        return tuple(dict.fromkeys([*merged["QUEUES"], *sorted(declared_queues), *routed,
+                                    *django_tasks_queues()]))

@@ -10,7 +10,9 @@
 -- then 3 keys per message i = 0, 1, ...: KEYS[5+3i] record key, KEYS[6+3i] idempotency
 -- key, KEYS[7+3i] unique marker (the last two: any key of this slot when unused)
 -- ARGV[1] mode: "s" stream | "l" list   ARGV[2] record ttl s   ARGV[3] idempotency ttl s
--- (the unique marker's too)   ARGV[4] events maxlen (0: no events)   ARGV[5] unused
+-- (the unique marker's too)   ARGV[4] events maxlen (0: no events)
+-- ARGV[5] wake channel, or "": a delayed message that becomes the earliest of the
+-- schedule is published there (its due ms), so sleeping promoters wake at once
 -- then 6 args per message i: ARGV[6+6i] encoded message, ARGV[7+6i] message id,
 -- ARGV[8+6i] due ms (0 = run now), ARGV[9+6i] encoded record or "",
 -- ARGV[10+6i] "i" idempotency key, "u" unique marker, "iu" both or "",
@@ -22,7 +24,7 @@
 -- while it is unfinished: complete.lua deletes it with the message's final settlement.
 -- Its TTL (the idempotency TTL) only bounds a marker whose message vanished.
 local maxlen = tonumber(ARGV[4])
-local reply, appended = {}, 0
+local reply, appended, earliest = {}, 0, nil
 for i = 0, (#ARGV - 5) / 6 - 1 do
   local a, k = 6 + 6 * i, 5 + 3 * i
   local payload, id, due, record, flags = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
@@ -49,6 +51,7 @@ for i = 0, (#ARGV - 5) / 6 - 1 do
     if due ~= "0" then
       redis.call("ZADD", KEYS[2], due, id)
       redis.call("HSET", KEYS[3], id, payload)
+      if earliest == nil or tonumber(due) < earliest then earliest = tonumber(due) end
     elseif ARGV[1] == "l" then
       redis.call("LPUSH", KEYS[1], payload)
     else
@@ -67,5 +70,9 @@ for i = 0, (#ARGV - 5) / 6 - 1 do
 end
 if appended > 0 then
   redis.call("XTRIM", KEYS[4], "MAXLEN", "~", maxlen)
+end
+if earliest ~= nil and ARGV[5] ~= "" then
+  local head = redis.call("ZRANGE", KEYS[2], 0, 0, "WITHSCORES")
+  if tonumber(head[2]) >= earliest then redis.call("PUBLISH", ARGV[5], earliest) end
 end
 return reply

@@ -71,7 +71,7 @@ class Command(BaseCommand):
             worker = subprocess.Popen(
                 [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "runworker",
                  "--queues", queue, "--concurrency", str(options["concurrency"]),
-                 "--shutdown-timeout", "10", "--no-reload"],
+                 "--shutdown-timeout", "10", "--no-reload", "--with-scheduler"],
                 # The child uses this very Redis (the embedded one included).
                 env={**os.environ, "REDIS_URL": broker.url, "PYTHONUNBUFFERED": "1"},
                 cwd=settings.BASE_DIR, stdout=log, stderr=subprocess.STDOUT)

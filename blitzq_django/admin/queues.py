@@ -1,0 +1,78 @@
+"""The queue overview: per queue ready, in flight, scheduled and dead letters, and the
+live workers, from the engine's stats (one Redis call per queue, one for the workers).
+Needs the ``view_queueoverview`` permission."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from ..models import QueueOverview
+from .common import age, client, engine_errors, from_ms, known_queues
+
+
+@admin.register(QueueOverview)
+class QueueOverviewAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[Any]:
+        info = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [path("", self.admin_site.admin_view(self.changelist_view),
+                     name=f"{info}_changelist")]
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        queues: list[dict[str, Any]] = []
+        workers: list[dict[str, Any]] = []
+        with engine_errors(request, "The queues could not be read"):
+            live = client().workers()
+            workers = [{"name": w.name, "host": w.host, "pid": w.pid,
+                        "queues": ", ".join(w.queues), "running": w.running,
+                        "concurrency": w.concurrency, "processed": w.processed,
+                        "started": from_ms(w.started_ms), "uptime": age(w.started_ms),
+                        "heartbeat": age(w.heartbeat_ms), "version": w.version}
+                       for w in live]
+            for name in known_queues(q for w in live for q in w.queues):
+                stats = client().queue_stats(name)
+                oldest = stats.oldest_ready_age_ms
+                queues.append({"name": name, "ready": stats.ready,
+                               "in_flight": stats.in_flight, "scheduled": stats.scheduled,
+                               "dead_letters": stats.dead_letters,
+                               "consumers": stats.consumers,
+                               "oldest": "" if oldest is None else _span(oldest),
+                               "dead_query": urlencode({"queue": name})})
+        user = request.user
+        app = self.opts.app_label
+        context = {
+            **self.admin_site.each_context(request), "opts": self.opts,
+            "title": "Queues", "queues": queues, "workers": workers,
+            "dead_letters_url": reverse(f"admin:{app}_deadletter_changelist",
+                                        current_app=self.admin_site.name)
+            if user.has_perm(f"{app}.view_deadletter") else None,
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/blitzq_django/queueoverview/change_list.html",
+                                context)
+
+
+def _span(ms: int) -> str:
+    seconds = ms / 1000
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"

@@ -1,0 +1,51 @@
+"""Task history: the engine's events, written to TaskRecord rows (docs/django.md).
+
+``companion(settings)`` is what ``runworker`` starts beside its worker (see
+``blitzq_django.companions``): a HistoryWriter of the queues the settings name, on a
+thread of its own, or None when ``BLITZQ["HISTORY"]`` is "off" or events are off.
+``manage.py runhistory`` runs the same writer as a process of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("blitzq.history")
+
+
+def history_queues(settings: dict[str, Any]) -> list[str]:
+    """Every queue the project knows: QUEUES, declared task queues and ROUTES targets."""
+    from ..decorators import declared_queues
+
+    routed = sorted(set((settings.get("ROUTES") or {}).values()))
+    return list(dict.fromkeys([*settings["QUEUES"], *sorted(declared_queues), *routed]))
+
+
+def writer_for(settings: dict[str, Any], queues: list[str] | None = None, **options: Any
+               ) -> Any:
+    """A HistoryWriter on the process client, or None when history is off."""
+    from .. import conf
+    from .writer import HistoryWriter
+
+    if settings["HISTORY"] == "off" or not settings["EVENTS"]:
+        return None
+    return HistoryWriter(conf.get_client(), queues or history_queues(settings),
+                         settings["HISTORY"], **options)
+
+
+def companion(settings: dict[str, Any]) -> Callable[[threading.Event], None] | None:
+    """The history writer to run beside a worker, or None when history is off. The
+    writer is built on its own thread (its first Redis round trips do not delay the
+    worker's start)."""
+    if settings["HISTORY"] == "off" or not settings["EVENTS"]:
+        return None
+
+    def run(stop: threading.Event) -> None:
+        writer = writer_for(settings)
+        if writer is not None:
+            writer.run(stop)
+
+    return run

@@ -1,0 +1,394 @@
+"""The history writer: the engine's per-queue events, folded into TaskRecord rows.
+
+Per queue it serves, the writer reads the events stream through a consumer group
+(``GROUP``), a batch at a time; it loads the stored rows of the batch's ids, folds the
+events into them (``merge.fold``), upserts the changed rows in one statement
+(``bulk_create(update_conflicts=True)`` on ``task_id``) in one transaction, and only
+after the commit acknowledges the events. A writer killed anywhere re-reads its
+unacknowledged events when it starts again (they are pending for the group's one
+consumer name, ``CONSUMER``); rows remember the last event applied, so the re-read
+batch changes nothing already written. No transition is lost, none applied twice.
+
+One writer per queue at a time: a Redis lease (``bq:{ns:queue}:hl``, a token with a
+TTL, renewed every round and checked again just before each commit) elects it; other
+writers (every ``runworker`` process runs one, and ``manage.py runhistory``) stand by
+and take over within the lease TTL when it dies. Two writers folding the same row at
+once would each write their own merge, and the second would drop the first's events.
+
+The worker's hot path never waits on any of this: the events are written by the
+scripts that make the transitions, and the writer runs on a thread (or a process) of
+its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections, transaction
+from redis.exceptions import RedisError
+
+from ..engine import Client
+from ..engine.core import events as ev
+from ..engine.core.record import Record
+from ..engine.core.redact import redact as redact_args
+from ..engine.core.redact import redact_value
+from ..engine.errors import BrokerError
+from ..engine.redis import ops
+from . import merge
+from .merge import Row
+
+log = logging.getLogger("blitzq.history")
+
+GROUP = "blitzq-history"  # the events consumer group of the writers
+CONSUMER = "writer"  # one name: whoever holds the lease reads its predecessor's pending
+BATCH = 2000  # events per read
+LEASE_TTL_MS = 15_000
+IDLE_BLOCK_MS = 1000  # a round that found nothing waits this long (split over queues)
+
+_HOLD = """
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
+return 0
+"""
+_RELEASE = """
+if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end
+return 0
+"""
+
+FIELDS = ("idempotency_key", "task_name", "queue", "state", "attempt", "args", "kwargs",
+          "result", "error_type", "error_message", "traceback", "created_at", "started_at",
+          "finished_at", "worker", "timeline", "last_event", "updated_at")
+
+
+class LeaseLost(Exception):
+    """Another writer holds the queue now: the batch is rolled back, not acknowledged."""
+
+
+class Lease:
+    """The right to write one queue's history (a Redis key holding this writer's token).
+    On the memory broker (one process) it is always held."""
+
+    def __init__(self, client: Client, queue: str, token: str, ttl_ms: int) -> None:
+        broker: Any = client.broker
+        self.redis = broker.sync.client if hasattr(broker, "sync") else None
+        self.key = broker.keys.queue(queue).history_lease if self.redis is not None else ""
+        self.token, self.ttl_ms = token, ttl_ms
+
+    def hold(self) -> bool:
+        """Take the lease or renew it; whether this writer holds it."""
+        if self.redis is None:
+            return True
+        return bool(self.redis.eval(_HOLD, 1, self.key, self.token, self.ttl_ms))
+
+    def release(self) -> None:
+        if self.redis is not None:
+            self.redis.eval(_RELEASE, 1, self.key, self.token)
+
+
+@dataclass
+class Stats:
+    events: int = 0
+    rows: int = 0
+    batches: int = 0
+    skipped: int = 0
+
+
+def _row(record: Any) -> Row:
+    def ms(value: Any) -> int | None:
+        return int(value.timestamp() * 1000) if value is not None else None
+
+    return Row(task_id=record.task_id, queue=record.queue, task_name=record.task_name,
+               state=record.state, attempt=record.attempt, args=record.args,
+               kwargs=record.kwargs, idempotency_key=record.idempotency_key,
+               result=record.result, error_type=record.error_type,
+               error_message=record.error_message, traceback=record.traceback,
+               created_ms=ms(record.created_at), started_ms=ms(record.started_at),
+               finished_ms=ms(record.finished_at), worker=record.worker,
+               timeline=list(record.timeline or []), last_event=record.last_event)
+
+
+def _model(row: Row) -> Any:
+    from ..models import TaskRecord
+
+    return TaskRecord(task_id=row.task_id, idempotency_key=row.idempotency_key,
+                      task_name=row.task_name, queue=row.queue, state=row.state,
+                      attempt=row.attempt, args=row.args, kwargs=row.kwargs,
+                      result=row.result, error_type=row.error_type,
+                      error_message=row.error_message, traceback=row.traceback,
+                      created_at=merge.aware(row.created_ms),
+                      started_at=merge.aware(row.started_ms),
+                      finished_at=merge.aware(row.finished_ms), worker=row.worker,
+                      timeline=row.timeline, last_event=row.last_event)
+
+
+def upsert(rows: Sequence[Row]) -> None:
+    """Insert or update ``rows`` by task id, in the caller's transaction: one
+    ``bulk_create(update_conflicts=True)``; on PostgreSQL a COPY into a temporary table
+    and one ``INSERT ... SELECT ... ON CONFLICT (task_id) DO UPDATE`` instead (the same
+    statement, without building and quoting a parameter per value: about twice the rows/s,
+    bench/history_writer.py)."""
+    from django.db import connection
+
+    from ..models import TaskRecord
+
+    if connection.vendor == "postgresql" and PG_COPY:
+        _pg_upsert(connection, rows)
+        return
+    TaskRecord.objects.bulk_create([_model(row) for row in rows], batch_size=1000,
+                                   update_conflicts=True, unique_fields=["task_id"],
+                                   update_fields=list(FIELDS))
+
+
+#: Use the COPY upsert on PostgreSQL (False: bulk_create there too).
+PG_COPY = True
+_BATCH_TABLE = "blitzq_history_batch"
+
+
+def _pg_upsert(connection: Any, rows: Sequence[Row]) -> None:
+    from django.utils import timezone
+
+    from ..models import TaskRecord
+
+    table = connection.ops.quote_name(TaskRecord._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(c) for c in ("task_id", *FIELDS))
+    updates = ", ".join(f"{connection.ops.quote_name(c)} = EXCLUDED.{connection.ops.quote_name(c)}"
+                        for c in FIELDS)
+    now = timezone.now()
+    dumps = json.dumps
+    aware = merge.aware
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {_BATCH_TABLE} ON COMMIT "
+                       f"DELETE ROWS AS SELECT {columns} FROM {table} WITH NO DATA")
+        with cursor.cursor.copy(f"COPY {_BATCH_TABLE} ({columns}) FROM STDIN") as copy:
+            for r in rows:  # the order of FIELDS
+                copy.write_row((r.task_id, r.idempotency_key, r.task_name, r.queue, r.state,
+                                r.attempt, dumps(r.args), dumps(r.kwargs),
+                                None if r.result is None else dumps(r.result), r.error_type,
+                                r.error_message, r.traceback, aware(r.created_ms),
+                                aware(r.started_ms), aware(r.finished_ms), r.worker,
+                                dumps(r.timeline), r.last_event, now))
+        cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {_BATCH_TABLE} "
+                       f"ON CONFLICT (task_id) DO UPDATE SET {updates}")
+        cursor.execute(f"TRUNCATE {_BATCH_TABLE}")
+
+
+def read_records(client: Client, queue: str, ids: Sequence[str]) -> list[Record | None]:
+    """The records of ``ids``: pipelined GETs on Redis (one round trip per 1000)."""
+    broker: Any = client.broker
+    if not hasattr(broker, "sync"):
+        return [broker.get_record(queue, i) for i in ids]
+    keys = broker.keys.queue(queue)
+    out: list[Record | None] = []
+    for start in range(0, len(ids), 1000):
+        chunk = ids[start:start + 1000]
+        for data in broker.sync.run_many([ops.get(keys.record(i)) for i in chunk]):
+            try:
+                out.append(Record.from_bytes(data) if data else None)
+            except Exception:  # noqa: BLE001 - an unreadable record: no result, row kept
+                out.append(None)
+    return out
+
+
+class HistoryWriter:
+    """Writes the history of ``queues``; ``run(stop)`` until ``stop`` is set."""
+
+    def __init__(self, client: Client, queues: Sequence[str], mode: str = "all", *,
+                 batch: int = BATCH, lease_ttl_ms: int = LEASE_TTL_MS,
+                 name: str | None = None,
+                 redact: merge.Redactor | None = None,
+                 redact_result: Callable[[Any], Any] | None = None) -> None:
+        if mode not in ("all", "failures"):
+            raise ValueError(f"history mode must be 'all' or 'failures', not {mode!r}")
+        self.client, self.queues, self.mode, self.batch = client, list(queues), mode, batch
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.leases = {q: Lease(client, q, self.name, lease_ttl_ms) for q in self.queues}
+        self.held: set[str] = set()
+        self._backlog: set[str] = set()  # held queues whose pending events are not read yet
+        if redact is None or redact_result is None:
+            from .. import redaction
+
+            names = redaction.names()  # once: the settings do not change under a writer
+            params: dict[str, tuple[str, ...]] = {}
+
+            def redact_call(task: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
+                if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
+                    return redact_value(args, names), redact_value(kwargs, names)
+                known = params.get(task)
+                if known is None:
+                    known = params[task] = redaction.params(task)
+                return redact_args(args, kwargs, names, known)
+
+            redact = redact or redact_call
+            redact_result = redact_result or (lambda value: redact_value(value, names))
+        self.redact, self.redact_result = redact, redact_result
+        self.stats = Stats()
+
+    # -- one round ------------------------------------------------------------------
+
+    def step(self, block_ms: int | None = None) -> int:
+        """One round over the queues: each held queue's next batch written. Returns how
+        many events were written."""
+        done = 0
+        for queue in self.queues:
+            if not self._hold(queue):
+                continue
+            pending = queue in self._backlog
+            events = self.client.read_events(queue, GROUP, CONSUMER, self.batch,
+                                             None if pending else block_ms, pending=pending)
+            if pending and not events:
+                self._backlog.discard(queue)
+                events = self.client.read_events(queue, GROUP, CONSUMER, self.batch, block_ms)
+            if events:
+                self.write(queue, events)
+                done += len(events)
+        return done
+
+    def _hold(self, queue: str) -> bool:
+        if self.leases[queue].hold():
+            if queue not in self.held:
+                log.info("history writer %s writes queue %r", self.name, queue)
+                self.held.add(queue)
+                self._backlog.add(queue)  # a predecessor's unacknowledged events first
+            return True
+        if queue in self.held:
+            log.warning("history writer %s lost queue %r to another writer", self.name, queue)
+            self.held.discard(queue)
+        return False
+
+    def write(self, queue: str, events: Sequence[ev.Event]) -> int:
+        """Fold ``events`` (one queue's, stream order) into their rows, commit, then ack.
+        Returns the rows written."""
+        from ..models import TaskRecord
+
+        # The stored rows of the batch's ids, except those whose first event here starts a
+        # message (enqueued, or scheduled at enqueue: no attempt yet): a new row, folded
+        # from this batch alone, which is also what a re-read of this batch rebuilds. Most
+        # ids of a writer that keeps up, so most batches load few rows.
+        first: dict[str, ev.Event] = {}
+        for e in events:
+            first.setdefault(e.id, e)
+        ids = [i for i, e in first.items() if len(i) <= merge.MAX_TASK_ID and not (
+            e.kind == ev.ENQUEUED or (e.kind == ev.SCHEDULED and e.attempt is None))]
+        with transaction.atomic():
+            stored = ({r.task_id: _row(r) for r in TaskRecord.objects.filter(task_id__in=ids)}
+                      if ids else {})
+            changed, skipped = merge.fold(stored, events,
+                                          failures_only=self.mode == "failures",
+                                          redact=self.redact)
+            self._results(queue, changed)
+            rows = list(changed.values())
+            self._claim_keys(rows)
+            if rows:
+                upsert(rows)
+            if not self.leases[queue].hold():  # fenced: a writer that lost the lease
+                raise LeaseLost(queue)         # must not commit over its successor
+        self.client.ack_events(queue, GROUP, [e.cursor for e in events])
+        if skipped:
+            log.warning("history: %d events of task ids over %d characters not written",
+                        skipped, merge.MAX_TASK_ID)
+        self.stats.events += len(events)
+        self.stats.rows += len(rows)
+        self.stats.batches += 1
+        self.stats.skipped += skipped
+        return len(rows)
+
+    def _results(self, queue: str, rows: dict[str, Row]) -> None:
+        """The results of the rows that succeeded in this batch, from their records."""
+        wanted = [row for row in rows.values() if row.wants_result is not None]
+        if not wanted:
+            return
+        for row, record in zip(wanted, read_records(self.client, queue,
+                                                    [r.task_id for r in wanted]), strict=True):
+            if (record is not None and record.state == "succeeded"
+                    and record.attempt == row.wants_result):
+                row.result = merge.jsonable(self.redact_result(record.result))
+            row.wants_result = None
+
+    @staticmethod
+    def _claim_keys(rows: list[Row]) -> None:
+        """An idempotency key is unique in the table: the newest message holding it keeps
+        it (a key reused after its TTL names a new message); older rows let go of it."""
+        from ..models import TaskRecord
+
+        holder: dict[str, Row] = {}
+        for row in rows:
+            key = row.idempotency_key
+            if key is None:
+                continue
+            other = holder.get(key)
+            if other is None or merge.cursor_key(row.last_event) > merge.cursor_key(
+                    other.last_event):
+                if other is not None:
+                    other.idempotency_key = None
+                holder[key] = row
+            else:
+                row.idempotency_key = None
+        if holder:
+            # Before the upsert: PostgreSQL checks uniqueness row by row.
+            (TaskRecord.objects.filter(idempotency_key__in=list(holder))
+             .exclude(task_id__in=[r.task_id for r in holder.values()])
+             .update(idempotency_key=None))
+            (TaskRecord.objects.filter(task_id__in=[r.task_id for r in rows
+                                                    if r.idempotency_key is None])
+             .exclude(idempotency_key=None).update(idempotency_key=None))
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Write until ``stop`` is set; errors are logged and retried with a backoff."""
+        backoff = 0.0
+        idle = False
+        try:
+            while not stop.is_set():
+                try:
+                    block = max(10, IDLE_BLOCK_MS // max(len(self.held), 1)) if idle else None
+                    if not self.held and idle and stop.wait(1.0):
+                        break  # standing by: the leases are looked at once a second
+                    idle = self.step(block) == 0
+                    backoff = 0.0
+                except LeaseLost as lost:
+                    log.warning("history writer %s lost queue %r while writing; its batch "
+                                "is left to the new writer", self.name, str(lost))
+                    self.held.discard(str(lost))
+                except Exception as exc:
+                    backoff = min(max(backoff * 2, 0.1), 5.0)
+                    if isinstance(exc, BrokerError | RedisError | DatabaseError):
+                        # Redis or the database away: one line (no traceback, no URL).
+                        log.warning("history writer %s: %s: %s; retrying in %.1f s",
+                                    self.name, type(exc).__name__, exc, backoff)
+                    else:
+                        log.exception("history writer %s: write failed; retrying in %.1f s",
+                                      self.name, backoff)
+                    self.held.clear()  # re-read the pending batch when it works again
+                    self._backlog.clear()
+                    close_old_connections()  # a broken connection is opened again
+                    if stop.wait(backoff):
+                        break
+        finally:
+            close_old_connections()
+            for queue in list(self.held):
+                try:
+                    self.leases[queue].release()
+                except Exception:  # noqa: BLE001 - the TTL frees it anyway
+                    pass
+            self.held.clear()
+
+
+def wait_caught_up(writer: HistoryWriter, timeout: float = 30.0) -> bool:
+    """Run rounds until a round writes nothing (tests and benchmarks)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if writer.step() == 0 and writer.held:
+            return True
+    return False

@@ -1,0 +1,79 @@
+"""``manage.py runscheduler``: dispatch periodic tasks (and promote delayed ones) until
+SIGTERM/SIGINT.
+
+Run as many as you like (for availability): each occurrence is claimed and dispatched in
+one atomic step, so it runs once whatever the number of schedulers (docs/scheduling.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ... import conf, periodic, reloading
+from ...engine import cli
+from ...engine.errors import BlitzqError
+from ..logs import LOG_LEVELS, configure_logging
+
+
+class Command(BaseCommand):
+    help = ("Run a blitzq scheduler: dispatch the periodic tasks (@periodic, "
+            "@blitzq_task(schedule=...), BLITZQ['PERIODIC']) and promote due delayed "
+            "messages, until SIGTERM or SIGINT. Any number may run at once: each occurrence "
+            "is dispatched once.")
+    requires_system_checks: list[str] = []  # checked in handle(), after --reload forks
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        cli.add_scheduler_arguments(parser)
+        parser.add_argument(
+            "--reload", action=argparse.BooleanOptionalAction, default=None,
+            help="restart the scheduler when a Python file changes (default: settings.DEBUG)")
+        parser.add_argument(
+            "--log-level", choices=sorted(LOG_LEVELS), type=str.upper, default=None,
+            help="level of the 'blitzq' logger (default: from --verbosity, INFO at 1)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        configure_logging(options["verbosity"], options.get("log_level"))
+        try:
+            client = conf.get_client()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"blitzq is misconfigured: {exc}") from None
+        reload = options.get("reload")
+        if reload is None:
+            from django.conf import settings
+
+            reload = settings.DEBUG
+        if reload and not reloading.in_child():
+            code = reloading.run_parent()
+            if code:
+                sys.exit(code)
+            return
+        self.check(display_num_errors=False)  # blitzq.E015/E016: bad or unknown schedules
+        if not client.schedule_registry:
+            self.stderr.write("No periodic schedules are declared (@periodic, "
+                              "@blitzq_task(schedule=...), BLITZQ['PERIODIC']): this "
+                              "scheduler only promotes delayed messages.")
+        try:
+            scheduler = periodic.make_scheduler(
+                promote=not options.get("no_promote"),
+                queues=cli.parse_queues(options.get("queues") or []),
+                poll_interval=options.get("poll_interval") or 0.5,
+                name=options.get("name"))
+        except BlitzqError as exc:
+            raise CommandError(str(exc)) from None
+        changed = reloading.watch(scheduler.stop) if reload else None
+        try:
+            asyncio.run(scheduler.run(install_signal_handlers=True, close_broker=True))
+        except BlitzqError as exc:
+            raise CommandError(str(exc)) from None
+        if changed is not None and changed.is_set():
+            sys.stdout.flush()
+            sys.exit(reloading.RELOAD_EXIT_CODE)
+        if options["verbosity"] >= 1:
+            self.stdout.write(f"scheduler {scheduler.name} stopped: {scheduler.dispatched} "
+                              "dispatched")

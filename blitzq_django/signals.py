@@ -1,0 +1,290 @@
+"""Django signals of a task's life.
+
+::
+
+    from django.dispatch import receiver
+    from blitzq_django.signals import task_failed
+
+    @receiver(task_failed, sender=charge_card)     # or without sender: every task
+    def alert(sender, task_name, message_id, exception, **kwargs): ...
+
+``sender`` is the task object (the ``@blitzq_task`` one, or the ``django.tasks`` Task
+run by the BlitzQ backend). Every signal has the keyword arguments ``task_name``,
+``message_id``, ``queue``, ``task_args`` and ``task_kwargs``; the worker's also
+``attempt`` (1-based) and ``worker`` (its name).
+
+- ``task_enqueued`` (the enqueuing process, once per message; ``handle``): after
+  ``enqueue``, ``aenqueue`` (sent with ``asend_robust``), ``enqueue_many`` and
+  ``aenqueue_many``. Nothing is sent, and nothing is paid, while it has no receiver.
+- ``task_started`` (worker): an attempt begins.
+- ``task_succeeded`` (worker; ``result``, ``duration`` in seconds).
+- ``task_retried`` (worker; ``exception``, ``error_type``, ``error_message``,
+  ``traceback``, ``retry_at``: an aware datetime): an attempt failed, another is due.
+- ``task_failed`` (worker; ``exception``, ``error_type``, ``error_message``,
+  ``traceback``, ``dead_lettered``, ``duration``): the last attempt failed, no retry
+  follows, whether the message is then recorded failed (``dead_letter=False``) or
+  dead-lettered (``dead_lettered=True``, and ``task_dead_lettered`` follows).
+- ``task_dead_lettered`` (worker; ``reason``, ``exception``, ``error_type``,
+  ``error_message``): the message went to the dead letters, after its last attempt
+  failed (reason "retries exhausted" or "not retryable") or without running ("unknown
+  task", "max deliveries exceeded", "malformed message"; ``sender`` is then None when
+  the task is not known).
+- ``task_cancelled`` (worker; ``interrupted``: it was running): ``cancel()`` reached it.
+
+``exception`` is the exception object the attempt raised (None when the failure was
+not an exception of the task: its result could not be stored, say).
+
+Where worker receivers run: on the worker's thread pool (never on its event loop),
+after the transition is written to Redis, one transition at a time in the order they
+happened (``task_started`` before its outcome's signal): a slow receiver delays the
+signals behind it, never the tasks. Database connections are closed around them as
+around ``def`` tasks. A receiver that raises is logged (``send_robust``) and changes nothing
+for the message. ``runworker`` listens only when one of these signals has a receiver
+when it starts (or a ``django.tasks`` backend of BlitzQ is configured): connect
+receivers in ``AppConfig.ready()`` or in a module it imports.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import close_old_connections
+from django.dispatch import Signal
+
+from . import conf
+from .engine import TaskHandle, TaskSpec
+from .engine.core.names import name_ok
+from .engine.worker.listeners import Listener, Settled, Started
+
+task_enqueued = Signal()
+task_started = Signal()
+task_succeeded = Signal()
+task_failed = Signal()
+task_retried = Signal()
+task_dead_lettered = Signal()
+task_cancelled = Signal()
+
+#: The signals sent by the worker.
+WORKER_SIGNALS = (task_started, task_succeeded, task_failed, task_retried,
+                  task_dead_lettered, task_cancelled)
+
+#: task name -> (its spec, the object its module binds the task to)
+_senders: dict[str, tuple[TaskSpec, Any]] = {}
+
+
+def sender_of(spec: TaskSpec | None) -> Any:
+    """The task object of ``spec``: what its module binds at the function's name (the
+    ``@blitzq_task`` task, or the ``django.tasks`` Task); else the spec itself."""
+    if spec is None:
+        return None
+    cached = _senders.get(spec.name)
+    if cached is not None and cached[0] is spec:
+        return cached[1]
+    func = spec.func
+    raw = getattr(func, "__wrapped__", func)
+    module = sys.modules.get(getattr(func, "__module__", "") or "")
+    found = getattr(module, getattr(func, "__qualname__", ""), None) if module else None
+    sender = found if (getattr(found, "spec", None) is spec
+                       or getattr(found, "func", None) is raw) else spec
+    _senders[spec.name] = (spec, sender)
+    return sender
+
+
+# -- the enqueuing process ------------------------------------------------------------
+
+
+def _enqueued_kwargs(spec: TaskSpec, handle: TaskHandle, args: Sequence[Any],
+                     kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"task_name": spec.name, "message_id": handle.id, "queue": handle.queue,
+            "task_args": tuple(args), "task_kwargs": dict(kwargs), "handle": handle}
+
+
+def send_enqueued(spec: TaskSpec, handles: Iterable[TaskHandle],
+                  calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> None:
+    """Send ``task_enqueued`` for each message (callers check ``task_enqueued.receivers``
+    first, so that nothing is built while there is no receiver)."""
+    sender = sender_of(spec)
+    for handle, (args, kwargs) in zip(handles, calls, strict=True):
+        _robust(task_enqueued, sender, _enqueued_kwargs(spec, handle, args, kwargs))
+
+
+async def asend_enqueued(spec: TaskSpec, handles: Iterable[TaskHandle],
+                         calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> None:
+    sender = sender_of(spec)
+    for handle, (args, kwargs) in zip(handles, calls, strict=True):
+        await task_enqueued.asend_robust(sender, **_enqueued_kwargs(spec, handle, args, kwargs))
+
+
+def _robust(signal: Signal, sender: Any, kwargs: dict[str, Any]) -> None:
+    # A receiver that raises is logged by Django (logger "django.dispatch", with its
+    # traceback) and skipped; the others are still called.
+    signal.send_robust(sender, **kwargs)
+
+
+# -- the worker -------------------------------------------------------------------------
+
+
+def _when(ms: int | None) -> dt.datetime | None:
+    return None if not ms else dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+class SignalListener(Listener):
+    """The worker listener that sends these signals, and the ``django.tasks`` signals of
+    tasks run by the BlitzQ backend (blitzq_django.backend). It runs on the worker's
+    thread pool (engine/worker/listeners.py)."""
+
+    def __init__(self, django_tasks: bool = False) -> None:
+        self.django_tasks = django_tasks
+        self._registry = conf.registry
+
+    def started(self, event: Started) -> None:
+        message = event.message
+        spec = self._registry.find(message.task)
+        django_task = self.django_tasks and _django_task(spec)
+        if not (task_started.receivers or django_task):
+            return
+        close_old_connections()
+        try:
+            if task_started.receivers:
+                _robust(task_started, sender_of(spec), {
+                    "task_name": message.task, "message_id": message.id,
+                    "queue": message.queue, "attempt": message.attempt,
+                    "worker": event.worker, "task_args": tuple(message.args),
+                    "task_kwargs": dict(message.kwargs)})
+            if django_task:
+                from .backend import send_started
+
+                send_started(spec, event)
+        finally:
+            close_old_connections()
+
+    def settled(self, event: Settled) -> None:
+        signals = _SIGNALS_OF.get(event.state, ())
+        spec = self._registry.find(event.task) if event.task else None
+        django_task = (self.django_tasks and event.state in _DJANGO_FINISHED
+                       and _django_task(spec))
+        if not (django_task or any(s.receivers for s in signals)):
+            return
+        close_old_connections()
+        try:
+            self._send(event, spec, signals)
+            if django_task:
+                from .backend import send_finished
+
+                send_finished(spec, event)
+        finally:
+            close_old_connections()
+
+    @staticmethod
+    def _send(event: Settled, spec: TaskSpec | None, signals: tuple[Signal, ...]) -> None:
+        message = event.message
+        base = {"task_name": event.task, "message_id": event.message_id,
+                "queue": event.queue, "attempt": event.attempt, "worker": event.worker,
+                "task_args": tuple(message.args) if message is not None else (),
+                "task_kwargs": dict(message.kwargs) if message is not None else {}}
+        failure, letter = event.failure, event.letter
+        error = {"exception": event.error,
+                 "error_type": failure.error_type if failure is not None else (
+                     letter.error_type if letter is not None else None),
+                 "error_message": failure.error_message if failure is not None else (
+                     letter.error_message if letter is not None else None),
+                 "traceback": failure.traceback if failure is not None else None}
+        sender = sender_of(spec)
+        state = event.state
+        for signal in signals:
+            if not signal.receivers:
+                continue
+            if signal is task_succeeded:
+                extra = {"result": event.result, "duration": _seconds(event.duration_ms)}
+            elif signal is task_retried:
+                extra = {**error, "retry_at": _when(event.due_ms),
+                         "duration": _seconds(event.duration_ms)}
+            elif signal is task_failed:
+                if failure is None:  # dead-lettered without running: no attempt failed
+                    continue
+                extra = {**error, "dead_lettered": state == "dead_lettered",
+                         "duration": _seconds(event.duration_ms)}
+            elif signal is task_dead_lettered:
+                extra = {**error, "reason": letter.reason if letter is not None else None}
+            else:  # task_cancelled
+                extra = {"interrupted": event.duration_ms is not None}
+            _robust(signal, sender, {**base, **extra})
+
+
+#: record state -> the signals it sends (task_failed for a dead letter only after an
+#: attempt failed: see SignalListener.settled)
+_SIGNALS_OF: dict[str, tuple[Signal, ...]] = {
+    "succeeded": (task_succeeded,),
+    "failed": (task_failed,),
+    "retrying": (task_retried,),
+    "dead_lettered": (task_failed, task_dead_lettered),
+    "cancelled": (task_cancelled,),
+}
+_DJANGO_FINISHED = frozenset({"succeeded", "failed", "dead_lettered", "cancelled", "expired"})
+
+
+def _django_task(spec: TaskSpec | None) -> bool:
+    return spec is not None and hasattr(spec.func, "__blitzq_django_task__")
+
+
+def has_receivers() -> bool:
+    """Whether any worker signal has a receiver (of any sender) now."""
+    return any(signal.receivers for signal in WORKER_SIGNALS)
+
+
+def worker_listeners() -> list[Listener]:
+    """What runworker hands its Worker: a SignalListener when a worker signal has a
+    receiver or a BlitzQ ``django.tasks`` backend is configured; else nothing (the worker
+    then pays nothing per message)."""
+    django_tasks = uses_django_tasks()
+    if not (django_tasks or has_receivers()):
+        return []
+    return [SignalListener(django_tasks=django_tasks)]
+
+
+def _blitzq_task_backends() -> list[dict[str, Any]]:
+    """The entries of settings.TASKS that use the BlitzQ backend."""
+    from django.conf import settings
+
+    tasks = getattr(settings, "TASKS", None)
+    if not isinstance(tasks, dict):
+        return []
+    return [entry for entry in tasks.values() if isinstance(entry, dict)
+            and str(entry.get("BACKEND", "")).startswith("blitzq_django.backend.")]
+
+
+def uses_django_tasks() -> bool:
+    """settings.TASKS names the BlitzQ backend (blitzq_django.backend.BlitzQBackend)."""
+    return bool(_blitzq_task_backends())
+
+
+def django_tasks_queues() -> list[str]:
+    """The QUEUES of the BlitzQ backends of settings.TASKS (runworker serves them)."""
+    queues: list[str] = []
+    for entry in _blitzq_task_backends():
+        names = entry.get("QUEUES", ["default"])
+        if isinstance(names, list | tuple):  # invalid names: check blitzq.E102 says so
+            queues += [q for q in names if isinstance(q, str) and name_ok(q)]
+    return list(dict.fromkeys(queues))
+
+
+__all__ = [
+    "WORKER_SIGNALS",
+    "SignalListener",
+    "sender_of",
+    "task_cancelled",
+    "task_dead_lettered",
+    "task_enqueued",
+    "task_failed",
+    "task_retried",
+    "task_started",
+    "task_succeeded",
+    "worker_listeners",
+]
