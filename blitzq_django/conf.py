@@ -659,6 +659,10 @@ def get_client() -> Client:
         with _lock:
             if _client is None:
                 _client = build_client(get_settings())
+                from .periodic import extra_sources
+
+                # client.schedules() (blitzq schedules) lists the database's too.
+                _client.schedule_sources = extra_sources()
             client = _client
     return client
 

@@ -183,6 +183,11 @@ def sources() -> list[ScheduleSource]:
     return [conf.get_client().schedule_registry, *_sources]
 
 
+def extra_sources() -> list[ScheduleSource]:
+    """The sources added with add_source (the same list: later additions are seen)."""
+    return _sources
+
+
 def notify_changed() -> int:
     """Make every running scheduler read its sources again (call after an edit)."""
     return conf.get_client().notify_schedules_changed()

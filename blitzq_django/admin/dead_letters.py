@@ -24,6 +24,7 @@ from ..engine.core.deadletter import DeadLetter as Letter
 from ..engine.core.names import name_ok
 from ..models import DeadLetter, TaskRecord
 from .common import (
+    PageAdmin,
     age,
     as_json,
     client,
@@ -68,17 +69,8 @@ def _split(keys: list[str]) -> dict[str, list[str]]:
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(admin.ModelAdmin):
+class DeadLetterAdmin(PageAdmin):
     # -- permissions -----------------------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_replay_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.replay_deadletter")

@@ -14,20 +14,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from ..models import QueueOverview
-from .common import age, client, engine_errors, from_ms, known_queues
+from .common import PageAdmin, age, client, engine_errors, from_ms, known_queues
 
 
 @admin.register(QueueOverview)
-class QueueOverviewAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
+class QueueOverviewAdmin(PageAdmin):
     def get_urls(self) -> list[Any]:
         info = f"{self.opts.app_label}_{self.opts.model_name}"
         return [path("", self.admin_site.admin_view(self.changelist_view),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import logging
 import os
 import re
 import time
@@ -43,6 +44,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_BATCH = 1000  # messages per round trip in enqueue_many
+log = logging.getLogger("blitzq")
 
 
 def now_ms() -> int:
@@ -74,6 +76,9 @@ class Client:
         limits.check("max_result_size", max_result_size)  # an int from 1 KiB to 512 MiB
         #: periodic schedules declared in code (@client.periodic; docs/scheduling.md)
         self.schedule_registry = schedules if schedules is not None else ScheduleRegistry()
+        #: More places schedules come from (anything with ``load()``, e.g. a database
+        #: table), listed by ``schedules()`` beside the registry's.
+        self.schedule_sources: list[Any] = []
         #: bucket name -> Rate, for tasks with a rate_key (docs/rate-limits.md)
         self.rate_limits: dict[str, Rate] = rate_limits_map(rate_limits)
         self.broker = broker
@@ -107,11 +112,18 @@ class Client:
         return periodic_decorator(self, schedule, **options)
 
     def schedules(self) -> list[ScheduleInfo]:
-        """Each schedule of the registry: its last run, next run, last message and its
-        outcome (engine/scheduler ScheduleInfo). A few Redis reads."""
+        """Each schedule of the registry and of ``schedule_sources``: its last run, next
+        run, last message and its outcome (engine/scheduler ScheduleInfo). A few Redis
+        reads, and one load of each source."""
         from .scheduler import infos
 
-        return infos(self)
+        loaded = []
+        for source in self.schedule_sources:
+            try:
+                loaded += source.load()
+            except Exception as exc:  # noqa: BLE001 - the others are still worth listing
+                log.warning("schedules of %r left out: cannot load them: %s", source, exc)
+        return infos(self, [*self.schedule_registry, *loaded])
 
     def notify_schedules_changed(self) -> int:
         """Make every running scheduler read its schedule sources again (within 2 s)."""

@@ -186,6 +186,20 @@ def test_blitzq_schedules_shows_last_and_next_runs(blitzq_redis: Any) -> None:
     assert "dispatched" in text
 
 
+@pytest.mark.django_db
+def test_blitzq_schedules_lists_the_database_schedules_too(blitzq_redis: Any) -> None:
+    from blitzq_django.models import PeriodicSchedule
+
+    PeriodicSchedule.objects.create(name="nightly-report", task=tasks.noop.name,
+                                    cron="0 4 * * *", timezone="Europe/Berlin")
+    out = io.StringIO()
+    call_command("blitzq", "schedules", "--json", stdout=out)
+    listed = {s["name"]: s for s in json.loads(out.getvalue())["schedules"]}
+    assert listed["nightly-report"]["schedule"] == "cron '0 4 * * *' Europe/Berlin"
+    assert listed["nightly-report"]["outcome"] == "never"
+    assert tasks.count_orders.name in listed  # beside the code-declared ones
+
+
 async def _dispatch(scheduler: Scheduler, now_ms: int) -> None:
     try:
         await scheduler.load()

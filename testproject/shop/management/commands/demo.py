@@ -8,6 +8,7 @@ bar over their completion, stops the worker with SIGTERM and prints a summary.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -82,6 +83,7 @@ class Command(BaseCommand):
         finally:
             code = self._stop(worker)
         self._summary(states, total, elapsed, enqueue_s, broker, queue, code, log_path)
+        self._schedules(client)
         if not options["keep"]:
             self._purge(broker, queue)
         if sum(states.values()) < total:
@@ -194,6 +196,15 @@ class Command(BaseCommand):
         w(f"  orders written     {orders} (create_order, by the worker's thread pool)")
         last = [line for line in log_path.read_text().splitlines() if "stopped" in line]
         w(f"  worker             exit code {code}; {last[-1].strip() if last else 'no summary'}")
+
+    def _schedules(self, client: Any) -> None:
+        # The worker ran with --with-scheduler: the project's periodic tasks
+        # (shop/tasks.py, docs/scheduling.md) and when they run next.
+        for info in client.schedules():
+            when = "paused" if info.next_run_ms is None else format(dt.datetime.fromtimestamp(
+                info.next_run_ms / 1000, dt.UTC), "next run %Y-%m-%d %H:%M:%S UTC")
+            self.stdout.write(f"  periodic           {info.name.rsplit('.', 1)[-1]}: "
+                              f"{info.schedule}; {when}; last outcome {info.outcome}")
 
     @staticmethod
     def _purge(broker: Any, queue: str) -> None:
