@@ -132,6 +132,13 @@ DEFAULTS: dict[str, Any] = {
     # "grace", "enabled" and message options (timeout, expires, retries, priority...)}.
     # Dispatched by manage.py runscheduler (or runworker --with-scheduler).
     "PERIODIC": {},
+    # Who may follow a task's progress (docs/progress.md): the dotted path of a function
+    # (user, task: blitzq_django.progress.Followed) -> bool. The default lets the user
+    # who enqueued it (its user_id header) and staff.
+    "PROGRESS_PERMISSION": "blitzq_django.progress.owner_or_staff",
+    # A token that lets a scraper read /metrics and the JSON stats with the header
+    # "Authorization: Bearer <token>" (docs/metrics.md); None: staff sessions only.
+    "METRICS_TOKEN": None,
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -141,7 +148,7 @@ HISTORY_MODES = ("all", "failures", "off")
 REDIS_CACHE_BACKENDS = ("django_redis.cache.RedisCache",
                         "django.core.cache.backends.redis.RedisCache")
 
-SECRET_KEYS = frozenset({"REDIS_URL", "REDIS_OPTIONS"})
+SECRET_KEYS = frozenset({"REDIS_URL", "REDIS_OPTIONS", "METRICS_TOKEN"})
 _NUMBER = (int, float)
 #: key -> (accepted types, how to say it)
 TYPES: dict[str, tuple[tuple[type, ...], str]] = {
@@ -180,6 +187,8 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "OUTBOX_BATCH": ((int,), "an integer"),
     "EFFECTS_RETENTION": (_NUMBER, "a number of days"),
     "PERIODIC": ((dict,), "a dict of schedule name -> {'task': ..., 'cron' or 'every': ...}"),
+    "PROGRESS_PERMISSION": ((str,), "a dotted path to a function (user, task) -> bool"),
+    "METRICS_TOKEN": ((str, type(None)), "a string or None"),
 }
 #: key -> the engine's rule for the value (type, range, finite): the same one the
 #: engine applies when it is handed the value, so the check and the use agree.

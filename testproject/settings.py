@@ -112,6 +112,14 @@ BLITZQ = {
     "QUEUES": ["default"],
 }
 
+# The dashboard's socket needs no layer (its fan-out is in-process); any works. Set
+# CHANNEL_LAYER=redis for channels-redis on REDIS_URL (its keys start with "asgi").
+if os.environ.get("CHANNEL_LAYER") == "redis" and os.environ.get("REDIS_URL"):
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                  "CONFIG": {"hosts": [os.environ["REDIS_URL"]]}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

@@ -4,4 +4,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("shop/", include("testproject.shop.urls")),
+    path("", include("blitzq_django.urls")),
 ]

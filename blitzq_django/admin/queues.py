@@ -20,9 +20,17 @@ from .common import PageAdmin, age, client, engine_errors, from_ms, known_queues
 @admin.register(QueueOverview)
 class QueueOverviewAdmin(PageAdmin):
     def get_urls(self) -> list[Any]:
+        from ..live import views as live  # the live dashboard (docs/dashboard.md)
+
         info = f"{self.opts.app_label}_{self.opts.model_name}"
         return [path("", self.admin_site.admin_view(self.changelist_view),
-                     name=f"{info}_changelist")]
+                     name=f"{info}_changelist"),
+                path("dashboard/", self.admin_site.admin_view(
+                    lambda request: live.dashboard_view(self, request)),
+                    name=f"{info}_dashboard"),
+                path("dashboard/data/", self.admin_site.admin_view(
+                    lambda request: live.dashboard_data(self, request)),
+                    name=f"{info}_dashboard_data")]
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
@@ -55,6 +63,8 @@ class QueueOverviewAdmin(PageAdmin):
             "dead_letters_url": reverse(f"admin:{app}_deadletter_changelist",
                                         current_app=self.admin_site.name)
             if user.has_perm(f"{app}.view_deadletter") else None,
+            "dashboard_url": reverse(f"admin:{app}_queueoverview_dashboard",
+                                     current_app=self.admin_site.name),
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/blitzq_django/queueoverview/change_list.html",

@@ -38,6 +38,7 @@ from .scheduler.registry import ScheduleRegistry
 
 if TYPE_CHECKING:
     from .dead_letters import DeadLetters
+    from .progress import Progress
     from .scheduler.registry import ScheduleInfo
 
 P = ParamSpec("P")
@@ -386,6 +387,19 @@ class Client:
     async def aworkers(self) -> list[WorkerInfo]:
         return _infos(await self.broker.aworkers(now_ms()))
 
+    def progress(self, message_id: str, *, queue: str | None = None) -> Progress | None:
+        """The latest progress a task reported (``current_task().progress()``), or None:
+        one Redis call (docs/progress.md)."""
+        from . import progress
+
+        return progress.read(self, message_id, queue)
+
+    async def aprogress(self, message_id: str, *, queue: str | None = None
+                        ) -> Progress | None:
+        from . import progress
+
+        return await progress.aread(self, message_id, queue)
+
     def inspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
         """What is known of a message: its record, or that it is scheduled or dead-lettered."""
         queue = queue or self.default_queue
@@ -546,6 +560,13 @@ class TaskHandle:
 
     def inspect(self) -> Record | None:
         return self._client.inspect(self.id, queue=self.queue)
+
+    def progress(self) -> Progress | None:
+        """The latest progress this task reported, or None (docs/progress.md)."""
+        return self._client.progress(self.id, queue=self.queue)
+
+    async def aprogress(self) -> Progress | None:
+        return await self._client.aprogress(self.id, queue=self.queue)
 
     def cancel(self) -> Cancellation:
         """Cancel this message: see Client.cancel."""

@@ -24,6 +24,20 @@ class TaskContext:
     #: what the worker flags when this attempt is cancelled: any object with a bool
     #: ``cancelled`` attribute (the worker's entry of the attempt), read by ``cancelled``
     _flag: Any = field(default=None, repr=False, compare=False)
+    #: the worker's ProgressReporter (engine/progress.py), or None: progress() is a no-op
+    _progress: Any = field(default=None, repr=False, compare=False)
+
+    def progress(self, done: float, total: float | None = None,
+                 note: str | None = None) -> None:
+        """Report how far this attempt is (docs/progress.md): ``done`` of ``total``, with
+        an optional note. Never blocks: the worker writes the latest report of each
+        message at most 10 times a second (the last one always), and pushes it to the
+        message's followers. Works from ``def`` and ``async def`` tasks alike."""
+        from .progress import USER_HEADER, make
+
+        report = make(done, total, note, self.headers.get(USER_HEADER))
+        if self._progress is not None:
+            self._progress.report(self.queue, self.id, report)
 
     @property
     def cancelled(self) -> bool:

@@ -91,3 +91,28 @@ def purge_old_deliveries(days: int) -> int:
     cutoff = timezone.now() - dt.timedelta(days=days)
     deleted, _ = Delivery.objects.filter(created_at__lt=cutoff).delete()
     return deleted
+
+
+@blitzq_task(timeout=600)
+def export_orders(rows: int = 20, seconds_per_row: float = 0.1) -> dict[str, int]:
+    """A slow export that reports its progress (docs/progress.md): /shop/export/ enqueues
+    it for the logged-in user and shows its bar moving."""
+    import time
+
+    task = current_task()
+    for row in range(rows):
+        time.sleep(seconds_per_row)  # the slow part: writing one row somewhere
+        if task is not None:
+            task.progress(row + 1, rows, note=f"row {row + 1} of {rows}")
+    return {"rows": rows}
+
+
+@blitzq_task(timeout=600)
+async def export_orders_async(rows: int = 20, seconds_per_row: float = 0.1) -> dict[str, int]:
+    """export_orders as an ``async def`` task: progress() is the same call."""
+    task = current_task()
+    for row in range(rows):
+        await asyncio.sleep(seconds_per_row)
+        if task is not None:
+            task.progress(row + 1, rows, note=f"row {row + 1} of {rows}")
+    return {"rows": rows}

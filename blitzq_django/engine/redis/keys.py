@@ -42,6 +42,15 @@ key                                     type      holds
 ``bq:{ns:queue}:wake``                   channel   "<due ms>", published by enqueue.lua when a
                                                   delayed message becomes the earliest of a
                                                   lane's schedule: promoters wake at once
+``bq:{ns:queue}:p:<id>``                hash      progress of one message (engine/progress.py):
+                                                  done, total, note, time, owner; TTL record_ttl
+``bq:{ns:queue}:pg:<id>``               channel   published with each progress write
+``bq:{ns:queue}:mx``                    hash      metrics folded from the events stream
+                                                  (engine/metrics.py): counters, histogram
+                                                  buckets, the events cursor folded up to
+``bq:{ns:queue}:mxs``                   hash      metrics: message id -> enqueued ms, until
+                                                  its first start (queue latency)
+``bq:{ns:queue}:ml``                    string    lease of the one metrics folder at a time; PX
 ``bq:{ns}:workers``                     zset      worker registry: name -> expiry of its entry
 ``bq:{ns}:w:<name>``                    string    one worker's info (WorkerInfo); TTL
 ``bq:{ns}:revoked``                     channel   "<queue> <id>", published by each revocation
@@ -155,6 +164,29 @@ class QueueKeys:
     def periodic_last(self) -> str:
         """Schedule name -> its last dispatch (packed by the scheduler)."""
         return f"{self.tag}:pl"
+
+    def progress(self, message_id: str) -> str:
+        """Progress of one message (engine/progress.py), a hash with a TTL."""
+        return f"{self.tag}:p:{message_id}"
+
+    def progress_channel(self, message_id: str) -> str:
+        """Published with each progress write of one message."""
+        return f"{self.tag}:pg:{message_id}"
+
+    @property
+    def metrics(self) -> str:
+        """Metrics folded from the events stream (engine/metrics.py)."""
+        return f"{self.tag}:mx"
+
+    @property
+    def metrics_starts(self) -> str:
+        """Metrics: message id -> enqueued ms until its first start (queue latency)."""
+        return f"{self.tag}:mxs"
+
+    @property
+    def metrics_lease(self) -> str:
+        """Held by the one metrics folder of this queue at a time."""
+        return f"{self.tag}:ml"
 
     @property
     def wake_channel(self) -> str:

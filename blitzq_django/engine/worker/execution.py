@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..context import TaskContext, _current
+from ..progress import ProgressReporter
 from . import outcome
 from .inflight import RUNNING, Held
 
@@ -59,6 +60,15 @@ class Executor:
         self._revoked = worker.revocations.ids  # one set for the worker's life
         self._threads_running = 0  # counted in the threads: no loop runs after shutdown
         self._threads_lock = threading.Lock()
+        self._progress: ProgressReporter | None = None
+
+    def _reporter(self) -> ProgressReporter:
+        """The worker's progress writer (engine/progress.py), on this (its) loop."""
+        reporter = self._progress
+        if reporter is None:
+            reporter = self._progress = ProgressReporter(self._worker.broker,
+                                                         asyncio.get_running_loop())
+        return reporter
 
     @property
     def threads_running(self) -> int:
@@ -110,6 +120,7 @@ class Executor:
                 and self._worker.intake.dropped(held, message, spec)):
             return
         worker = self._name
+        reporter = self._progress or self._reporter()  # here, on the worker's loop
 
         def context() -> TaskContext:
             return TaskContext(id=message.id, name=spec.name, queue=message.queue,
@@ -117,7 +128,8 @@ class Executor:
                                max_attempts=spec.retry.with_overrides(message.policy).max_attempts,
                                delivery_count=delivery.delivery_count, worker=worker,
                                headers=message.headers,
-                               idempotency_key=message.idempotency_key, _flag=held)
+                               idempotency_key=message.idempotency_key, _flag=held,
+                               _progress=reporter)
 
         timeout = message.timeout or spec.timeout
         if self._policy.track_state:

@@ -212,6 +212,10 @@ class Worker:
             await self.notifier.drain(self.config.shutdown_timeout)
         if self.hooks.pending:  # failure hooks of the last settlements
             await asyncio.wait(self.hooks.pending, timeout=self.config.shutdown_timeout)
+        reporter = getattr(getattr(self, "executor", None), "_progress", None)
+        if reporter is not None:  # the last progress reports (engine/progress.py)
+            with contextlib.suppress(Exception):
+                await reporter.drain(self.config.shutdown_timeout)
         if flushing is not None:
             with contextlib.suppress(Exception):
                 await self.broker.retire(self.queues, self.name)

@@ -4,13 +4,22 @@ It starts ``manage.py runworker`` as a separate process on a queue of its own,
 enqueues a mix of the shop's tasks (no-ops, DB writes, async calls, flaky ones that
 succeed on their third attempt, and a few that are dead-lettered), shows a progress
 bar over their completion, stops the worker with SIGTERM and prints a summary.
+
+With ``--serve`` it also starts daphne on the example project (the admin and its live
+dashboard, docs/dashboard.md), makes a ``demo`` superuser with a fresh password, prints
+the dashboard's URL and login, and after the batch keeps the worker running and a
+trickle of tasks coming (in waves, a few failing) until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
+import random
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -46,6 +55,11 @@ class Command(BaseCommand):
                             help="Give up waiting for completion after this many seconds.")
         parser.add_argument("--keep", action="store_true",
                             help="Keep the demo queue's keys in Redis afterwards.")
+        parser.add_argument("--serve", action="store_true",
+                            help="Also serve the admin and its live dashboard (daphne), and "
+                                 "keep the worker and a trickle of tasks running until Ctrl-C.")
+        parser.add_argument("--port", type=int, default=8000,
+                            help="The port of --serve (8000), on 127.0.0.1.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._check_migrated()
@@ -76,12 +90,19 @@ class Command(BaseCommand):
                 # The child uses this very Redis (the embedded one included).
                 env={**os.environ, "REDIS_URL": broker.url, "PYTHONUNBUFFERED": "1"},
                 cwd=settings.BASE_DIR, stdout=log, stderr=subprocess.STDOUT)
+        server = None
         try:
+            if options["serve"]:
+                server = self._serve(broker, options["port"], log_path.parent / "daphne.log")
             self._wait_ready(worker, log_path)
             states, elapsed, enqueue_s = self._run(client, broker, queue, plan, total,
                                                    options["timeout"], worker)
+            if server is not None:
+                self._breathe(queue, worker, server, states, total, elapsed)
         finally:
             code = self._stop(worker)
+            if server is not None:
+                self._stop(server)
         self._summary(states, total, elapsed, enqueue_s, broker, queue, code, log_path)
         self._schedules(client)
         if not options["keep"]:
@@ -97,6 +118,61 @@ class Command(BaseCommand):
         executor = MigrationExecutor(connection)
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
             raise CommandError("the database is not migrated: run `python manage.py migrate`")
+
+    def _serve(self, broker: Any, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+        """daphne on the example project (admin + dashboard socket), a demo superuser."""
+        from django.contrib.auth import get_user_model
+
+        password = secrets.token_urlsafe(9)
+        user, _ = get_user_model().objects.get_or_create(
+            username="demo", defaults={"is_staff": True, "is_superuser": True})
+        user.is_staff = user.is_superuser = user.is_active = True
+        user.set_password(password)
+        user.save()
+        with log_path.open("w") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                 "testproject.asgi:application"],
+                env={**os.environ, "REDIS_URL": broker.url, "PYTHONUNBUFFERED": "1"},
+                cwd=settings.BASE_DIR, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if server.poll() is not None or time.monotonic() > deadline:
+                self._stop(server)
+                raise CommandError(f"daphne did not start on port {port} (another server "
+                                   f"there? try --port):\n" + log_path.read_text()[-2000:])
+            time.sleep(0.1)  # noqa: sleep - polling a starting server's port
+        url = f"http://127.0.0.1:{port}/admin/blitzq_django/queueoverview/dashboard/"
+        self.stdout.write(self.style.SUCCESS(f"dashboard: {url}"))
+        self.stdout.write(f"  log in as demo / {password}   (daphne log: {log_path})")
+        return server
+
+    def _breathe(self, queue: str, worker: subprocess.Popen[bytes],
+                 server: subprocess.Popen[bytes], states: Counter[str], total: int,
+                 elapsed: float) -> None:
+        """Keep tasks coming, in waves, until Ctrl-C (or the worker or server exits)."""
+        self.stdout.write(f"the first {sum(states.values())} of {total} tasks finished in "
+                          f"{elapsed:.1f} s; now a trickle of tasks until Ctrl-C...")
+        noop, fetch, flaky, doomed = (task.options(queue=queue) for task in (
+            tasks.noop, tasks.fetch_exchange_rate, tasks.charge_card, tasks.validate_card))
+        started = time.monotonic()
+        tick = 0
+        try:
+            while worker.poll() is None and server.poll() is None:
+                tick += 1
+                wave = 60 + 55 * math.sin((time.monotonic() - started) / 15)
+                noop.enqueue_many([() for _ in range(int(wave))])
+                fetch.enqueue_many([("EUR",) for _ in range(int(wave) // 5)])
+                if tick % 3 == 0:
+                    flaky.enqueue(f"{queue}-serve-{tick}")
+                if tick % 10 == 0:
+                    doomed.enqueue(f"4000-0000-0000-{random.randrange(10_000):04d}")
+                time.sleep(1.0)  # noqa: sleep - the demo's pace, a second per wave step
+        except KeyboardInterrupt:
+            self.stdout.write("\nstopping the worker and the server...")
 
     @staticmethod
     def _wait_ready(worker: subprocess.Popen[bytes], log_path: Path) -> None:

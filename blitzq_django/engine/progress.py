@@ -1,0 +1,354 @@
+"""Task progress: ``current_task().progress(done, total, note=None)`` and its followers.
+
+A running attempt reports how far it is; the worker writes the latest report of each
+message to Redis (``QueueKeys.progress``: a hash with the TTL of records) and publishes
+it on the message's progress channel (``QueueKeys.progress_channel``), so a follower is
+pushed each change rather than polling. Writes are rate-limited per message: at most one
+every ``MIN_INTERVAL_S`` (0.1 s, so at most 10 per second); reports in between replace
+each other and the last one is always written. ``progress()`` never blocks the caller:
+it hands the report to the worker's event loop, from a ``def`` task's thread as from an
+``async def`` task.
+
+Readers: ``client.progress(id)``, ``await client.aprogress(id)``, ``handle.progress()``;
+``follow()`` yields a message's state, progress and final outcome as they change (what
+the Django consumer sends to a browser).
+
+The hash: ``d`` done, ``t`` total ("" when unknown), ``n`` note, ``ms`` time of the
+report, ``u`` the owner (the message's ``user_id`` header; written at enqueue by
+``claim()`` too, so a follower may be checked before the task reports anything).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError
+from .redis.ops import Op
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .core.record import Record
+
+#: Seconds between two progress writes of one message, at least (10 per second at most).
+MIN_INTERVAL_S = 0.1
+#: The header that names the user who enqueued a message (its owner).
+USER_HEADER = "user_id"
+#: Most characters of a note.
+MAX_NOTE = 500
+#: Seconds between two re-reads of a followed message when no publish arrives.
+RECHECK_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The latest progress report of one message."""
+
+    done: float
+    total: float | None = None
+    note: str | None = None
+    time_ms: int = 0
+    owner: str | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        """done / total, from 0 to 1; None without a total."""
+        if not self.total:
+            return None
+        return max(0.0, min(1.0, self.done / self.total))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"done": self.done, "total": self.total, "note": self.note,
+                "fraction": self.fraction, "time_ms": self.time_ms}
+
+    def fields(self) -> dict[str, str]:
+        out = {"d": _number(self.done), "t": "" if self.total is None else _number(self.total),
+               "n": self.note or "", "ms": str(self.time_ms)}
+        if self.owner is not None:
+            out["u"] = self.owner
+        return out
+
+    @classmethod
+    def from_fields(cls, raw: dict[Any, Any]) -> Progress | None:
+        """From the hash; None when it holds no report (only an owner, or nothing)."""
+        fields = {_text(k): _text(v) for k, v in raw.items()}
+        if "d" not in fields:
+            return None
+        try:
+            return cls(float(fields["d"]), float(fields["t"]) if fields.get("t") else None,
+                       fields.get("n") or None, int(fields.get("ms") or 0), fields.get("u"))
+        except ValueError:
+            return None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def make(done: Any, total: Any = None, note: Any = None, owner: Any = None) -> Progress:
+    """A checked report: finite non-negative numbers, a string note (cut to MAX_NOTE)."""
+    for name, value in (("done", done), ("total", total)):
+        if value is None and name == "total":
+            continue
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not math.isfinite(value) or value < 0):
+            raise ConfigurationError(f"progress: {name} must be a finite number >= 0, "
+                                     f"not {value!r:.60}")
+    if note is not None and not isinstance(note, str):
+        raise ConfigurationError(f"progress: note must be a string, not {note!r:.60}")
+    if note is not None and len(note) > MAX_NOTE:
+        note = note[:MAX_NOTE - 3] + "..."
+    return Progress(float(done), None if total is None else float(total), note,
+                    int(time.time() * 1000), None if owner is None else str(owner))
+
+
+# -- storage ---------------------------------------------------------------------------
+# RedisBroker: the hash and channel of QueueKeys. MemoryBroker: a dict on the broker.
+
+
+def _is_redis(broker: Any) -> bool:
+    from .brokers.redis import RedisBroker
+
+    return isinstance(broker, RedisBroker)
+
+
+def _memory(broker: Any) -> dict[tuple[str, str], dict[str, str]]:
+    store = getattr(broker, "_blitzq_progress", None)
+    if store is None:
+        store = broker._blitzq_progress = {}
+    return store
+
+
+def _write_ops(broker: Any, queue: str, message_id: str, fields: dict[str, str],
+               publish: bytes | None) -> list[Op]:
+    keys = broker.keys.queue(queue)
+    key = keys.progress(message_id)
+    flat: list[Any] = []
+    for name, value in fields.items():
+        flat += [name, value]
+    ops = [Op(command=("HSET", key, *flat)),
+           Op(command=("PEXPIRE", key, broker.record_ttl * 1000))]
+    if publish is not None:
+        ops.append(Op(command=("PUBLISH", keys.progress_channel(message_id), publish)))
+    return ops
+
+
+async def awrite(broker: Any, queue: str, message_id: str, progress: Progress) -> None:
+    """Write one report and publish it."""
+    payload = json.dumps(progress.to_dict()).encode()
+    if _is_redis(broker):
+        await broker.aio.run_many(_write_ops(broker, queue, message_id, progress.fields(),
+                                             payload))
+    else:
+        _memory(broker).setdefault((queue, message_id), {}).update(progress.fields())
+
+
+def claim(client: Client, queue: str, message_id: str, owner: Any) -> None:
+    """Record the owner of a message (its user_id) before it reports anything."""
+    broker = client.broker
+    fields = {"u": str(owner)}
+    if _is_redis(broker):
+        broker.sync.run_many(_write_ops(broker, queue, message_id, fields, None))
+    else:
+        _memory(broker).setdefault((queue, message_id), {}).update(fields)
+
+
+async def aclaim(client: Client, queue: str, message_id: str, owner: Any) -> None:
+    broker = client.broker
+    fields = {"u": str(owner)}
+    if _is_redis(broker):
+        await broker.aio.run_many(_write_ops(broker, queue, message_id, fields, None))
+    else:
+        _memory(broker).setdefault((queue, message_id), {}).update(fields)
+
+
+def read_raw(client: Client, queue: str, message_id: str) -> dict[str, str]:
+    broker = client.broker
+    if _is_redis(broker):
+        raw = broker.sync.run(Op(command=("HGETALL", broker.keys.queue(queue).progress(
+            message_id)), parse=_hash))
+        return raw
+    return dict(_memory(broker).get((queue, message_id), {}))
+
+
+async def aread_raw(client: Client, queue: str, message_id: str) -> dict[str, str]:
+    broker = client.broker
+    if _is_redis(broker):
+        return await broker.aio.run(Op(command=("HGETALL", broker.keys.queue(queue).progress(
+            message_id)), parse=_hash))
+    return dict(_memory(broker).get((queue, message_id), {}))
+
+
+def _hash(reply: Any) -> dict[str, str]:
+    if isinstance(reply, dict):
+        return {_text(k): _text(v) for k, v in reply.items()}
+    items = list(reply or [])
+    return {_text(items[i]): _text(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+
+
+def owner_of(raw: dict[str, str]) -> str | None:
+    return raw.get("u") or None
+
+
+# -- the writer in a worker ----------------------------------------------------------------
+
+
+class ProgressReporter:
+    """Rate-limited progress writes of one worker, made on its event loop.
+
+    ``report()`` may be called from any thread: it keeps the latest report of each
+    message and schedules a write, at once if the message's last write is older than
+    ``interval_s``, else when it will be. Reports that arrive meanwhile replace the
+    pending one, so the last report is always written and at most one write per
+    ``interval_s`` is made per message.
+    """
+
+    def __init__(self, broker: Any, loop: asyncio.AbstractEventLoop,
+                 interval_s: float = MIN_INTERVAL_S) -> None:
+        self._broker = broker
+        self._loop = loop
+        self._interval = interval_s
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str], Progress] = {}
+        self._last: dict[tuple[str, str], float] = {}  # loop only
+        self._writing: set[asyncio.Task[None]] = set()
+        #: writes made (for tests and curiosity)
+        self.writes = 0
+
+    def report(self, queue: str, message_id: str, progress: Progress) -> None:
+        key = (queue, message_id)
+        with self._lock:
+            first = key not in self._pending
+            self._pending[key] = progress
+        if not first:
+            return  # a write is already scheduled: it takes this report
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        try:
+            if running is self._loop:
+                self._schedule(key)
+            else:
+                self._loop.call_soon_threadsafe(self._schedule, key)
+        except RuntimeError:  # the worker's loop is closed: nothing writes any more
+            with self._lock:
+                self._pending.pop(key, None)
+
+    def _schedule(self, key: tuple[str, str]) -> None:
+        last = self._last.get(key)
+        delay = 0.0 if last is None else max(0.0, last + self._interval - time.monotonic())
+        if delay:
+            self._loop.call_later(delay, self._flush, key)
+        else:
+            self._flush(key)
+
+    def _flush(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            progress = self._pending.pop(key, None)
+        if progress is None:
+            return
+        now = time.monotonic()
+        self._last[key] = now
+        if len(self._last) > 1000:  # forget messages not written for a while
+            self._last = {k: t for k, t in self._last.items() if now - t < self._interval * 2}
+        task = self._loop.create_task(self._write(key, progress))
+        self._writing.add(task)
+        task.add_done_callback(self._writing.discard)
+
+    async def _write(self, key: tuple[str, str], progress: Progress) -> None:
+        try:
+            await awrite(self._broker, key[0], key[1], progress)
+            self.writes += 1
+        except Exception:  # noqa: BLE001 - progress is best effort; the task goes on
+            import logging
+
+            logging.getLogger("blitzq").warning("progress of %s not written", key[1],
+                                                exc_info=True)
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Write the pending reports now and wait for the writes (a stopping worker)."""
+        with self._lock:
+            keys = list(self._pending)
+        for key in keys:
+            self._flush(key)
+        if self._writing:
+            await asyncio.wait(list(self._writing), timeout=timeout)
+
+
+# -- following -----------------------------------------------------------------------------
+
+
+def snapshot(record: Record | None, raw: dict[str, str]) -> dict[str, Any]:
+    """What a follower is told of a message: its state, its progress, and when it is
+    finished its result or error (``final``)."""
+    progress = Progress.from_fields(raw)
+    if record is not None:
+        state = record.state
+    elif progress is not None:
+        state = "running"
+    else:
+        state = "pending"  # queued, scheduled, or unknown: no record says more
+    out: dict[str, Any] = {"id": None, "state": state,
+                           "progress": progress.to_dict() if progress else None,
+                           "final": bool(record is not None and record.is_final)}
+    if out["final"]:
+        assert record is not None
+        if record.state == "succeeded":
+            out["result"] = record.result
+        else:
+            out["error"] = {"type": record.error_type, "message": record.error_message,
+                            "reason": record.reason}
+    return out
+
+
+async def afollow(client: Client, message_id: str, queue: str | None = None, *,
+                  recheck_s: float = RECHECK_S) -> AsyncIterator[dict[str, Any]]:
+    """Snapshots of a message (``snapshot()``) each time it changes, ending with the
+    final one. Pushed by the progress and done channels; re-read every ``recheck_s``
+    seconds all the same (a publish missed, or the memory broker)."""
+    queue = queue or client.default_queue
+    broker = client.broker
+    pubsub = None
+    if _is_redis(broker):
+        keys = broker.keys.queue(queue)
+        pubsub = broker.aio.client.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(keys.progress_channel(message_id), keys.done_channel(message_id))
+    last: dict[str, Any] | None = None
+    try:
+        while True:
+            record = await broker.aget_record(queue, message_id)
+            now = snapshot(record, await aread_raw(client, queue, message_id))
+            now["id"] = message_id
+            if now != last:
+                last = now
+                yield now
+            if now["final"]:
+                return
+            if pubsub is not None:
+                await pubsub.get_message(timeout=recheck_s)
+            else:
+                await asyncio.sleep(min(recheck_s, 0.05))
+    finally:
+        if pubsub is not None:
+            await pubsub.aclose()
+
+
+def read(client: Client, message_id: str, queue: str | None = None) -> Progress | None:
+    """The latest progress of a message, or None."""
+    return Progress.from_fields(read_raw(client, queue or client.default_queue, message_id))
+
+
+async def aread(client: Client, message_id: str, queue: str | None = None) -> Progress | None:
+    return Progress.from_fields(await aread_raw(client, queue or client.default_queue,
+                                                message_id))

@@ -1,0 +1,180 @@
+"""/metrics and the JSON stats (docs/metrics.md): counters folded from the events streams
+into Redis, right with two workers and two scrapers; token and staff auth; the text
+format parsed by prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client as DjangoClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from blitzq_django.engine import Client
+from blitzq_django.engine import metrics as engine_metrics
+from testproject.shop.tasks import noop, validate_card
+from tests.support.waiting import wait_until
+
+from .conftest import running_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def blitzq(settings: Any, blitzq_redis: Client) -> Client:
+    settings.BLITZQ = {**settings.BLITZQ, "METRICS_TOKEN": TOKEN}
+    return blitzq_redis
+
+
+def scrape(path: str = "/metrics", **headers: Any) -> Any:
+    return DjangoClient().get(path, HTTP_AUTHORIZATION=f"Bearer {TOKEN}", **headers)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def value(found: dict[Any, float], name: str, **labels: str) -> float:
+    return found[(name, tuple(sorted(labels.items())))]
+
+
+def test_counters_with_two_workers_and_scrapes_in_between(blitzq: Client) -> None:
+    ok, bad = 40, 3
+    handles = []
+    with ExitStack() as stack:
+        workers = [stack.enter_context(running_worker(blitzq, concurrency=4))
+                   for _ in range(2)]
+        wait_until(lambda: len(blitzq.workers()) == 2, timeout=10, message="two workers")
+        gauges = samples(scrape().content.decode())
+        assert value(gauges, "blitzq_workers") == 2
+        for i in range(ok):
+            handles.append(noop.enqueue())
+            if i == ok // 2:
+                scrape()  # a fold part-way: nothing is counted twice
+        failing = [validate_card.options(retries=1).enqueue("4242424242424242")
+                   for _ in range(bad)]
+        for handle in handles:
+            handle.record(timeout=20)
+        for handle in failing:
+            wait_until(lambda h=handle: blitzq.inspect(h.id) is not None
+                       and blitzq.inspect(h.id).state == "dead_lettered",  # type: ignore[union-attr]
+                       timeout=20, message="dead-lettered")
+        by_worker = {h.record().worker for h in handles}
+        assert len(by_worker) == 2, "both workers ran tasks"
+        assert all(w.stats.succeeded for w in workers)  # type: ignore[attr-defined]
+    response = scrape()
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    found = samples(response.content.decode())
+    counter = {kind: value(found, f"blitzq_tasks_{kind}_total", queue="default")
+               for kind in engine_metrics.COUNTED}
+    assert counter["enqueued"] == ok + bad
+    assert counter["succeeded"] == ok
+    assert counter["retried"] == bad
+    assert counter["dead_lettered"] == bad
+    assert counter["started"] == ok + 2 * bad
+    assert counter["failed"] == counter["cancelled"] == counter["expired"] == 0
+    duration = value(found, "blitzq_task_duration_seconds_count", queue="default")
+    assert duration >= ok + bad  # every success and retry; dead letters after a run
+    assert value(found, "blitzq_task_duration_seconds_bucket", queue="default",
+                 le="+Inf") == duration
+    latency = value(found, "blitzq_queue_latency_seconds_count", queue="default")
+    assert latency == ok + bad  # the first start of every message enqueued
+    for name in ("ready", "in_flight", "scheduled"):
+        assert value(found, f"blitzq_queue_{name}", queue="default") == 0
+    assert value(found, "blitzq_queue_dead_letters", queue="default") == bad
+    # A second scrape counts nothing again.
+    again = samples(scrape().content.decode())
+    assert value(again, "blitzq_tasks_succeeded_total", queue="default") == ok
+
+
+def test_counters_with_worker_processes(blitzq: Client, tmp_path: Any, redis_url: str,
+                                       namespace: str) -> None:
+    """manage.py runworker --processes 2, children recycled every 40 messages: the
+    counters are the sum over every process that ran, scraped before and after."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    handles = noop.enqueue_many([() for _ in range(200)])
+    assert value(samples(scrape().content.decode()), "blitzq_tasks_enqueued_total",
+                 queue="default") == 200
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+           "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+           "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, str(root / "manage.py"), "runworker", "--burst", "--processes", "2",
+         "--max-tasks-per-child", "40", "--queues", "default", "--concurrency", "10"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr
+    assert len({h.record(timeout=1).worker for h in handles}) >= 2  # several processes
+    found = samples(scrape().content.decode())
+    for kind, expected in (("enqueued", 200), ("started", 200), ("succeeded", 200),
+                           ("failed", 0), ("recovered", 0)):
+        assert value(found, f"blitzq_tasks_{kind}_total", queue="default") == expected, kind
+    assert value(found, "blitzq_task_duration_seconds_count", queue="default") == 200
+    assert value(found, "blitzq_queue_latency_seconds_count", queue="default") == 200
+
+
+def test_scrapers_in_parallel_count_each_event_once(blitzq: Client) -> None:
+    n = 300
+    noop.enqueue_many([((), {}) for _ in range(n)])
+    errors: list[BaseException] = []
+
+    def fold() -> None:
+        try:
+            for _ in range(5):
+                engine_metrics.fold(blitzq, "default")
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=fold) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors
+    # A folder may have skipped while another held the lease: one more fold finishes.
+    folded = engine_metrics.collect(blitzq, "default")
+    assert folded.counters["enqueued"] == n
+
+
+def test_token_and_staff_auth(blitzq: Client) -> None:
+    model = get_user_model()
+    assert DjangoClient().get("/metrics").status_code == 401
+    assert DjangoClient().get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
+    assert DjangoClient().get("/blitzq/stats.json").status_code == 401
+    someone = DjangoClient()
+    someone.force_login(model.objects.create_user("someone", password="pw"))
+    assert someone.get("/metrics").status_code == 401
+    staff = DjangoClient()
+    staff.force_login(model.objects.create_user("boss", password="pw", is_staff=True))
+    assert staff.get("/metrics").status_code == 200
+    assert scrape().status_code == 200
+
+
+def test_without_a_token_only_staff(settings: Any, blitzq_redis: Client) -> None:
+    assert settings.BLITZQ.get("METRICS_TOKEN") is None
+    assert DjangoClient().get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 403
+
+
+def test_json_stats(blitzq: Client) -> None:
+    for _ in range(3):
+        noop.enqueue()
+    numbers = scrape("/blitzq/stats.json").json()
+    default = numbers["queues"]["default"]
+    assert default["counters"]["enqueued"] == 3
+    assert default["gauges"]["ready"] == 3
+    assert numbers["workers"] == 0
+    assert set(default["duration"]) == {"count", "sum_ms", "buckets_ms"}
