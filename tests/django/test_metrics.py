@@ -65,9 +65,9 @@ def test_counters_with_two_workers_and_scrapes_in_between(blitzq: Client) -> Non
         for handle in handles:
             handle.record(timeout=20)
         for handle in failing:
-            wait_until(lambda h=handle: blitzq.inspect(h.id) is not None
-                       and blitzq.inspect(h.id).state == "dead_lettered",  # type: ignore[union-attr]
-                       timeout=20, message="dead-lettered")
+            # One read per look: the record can change (or be absent) between two.
+            wait_until(lambda h=handle: getattr(blitzq.inspect(h.id), "state", None)
+                       == "dead_lettered", timeout=20, message="dead-lettered")
         by_worker = {h.record().worker for h in handles}
         assert len(by_worker) == 2, "both workers ran tasks"
         assert all(w.stats.succeeded for w in workers)  # type: ignore[attr-defined]

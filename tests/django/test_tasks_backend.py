@@ -23,7 +23,8 @@ from django.core.exceptions import ImproperlyConfigured
 try:
     import blitzq_django.backend  # noqa: F401
 except ImproperlyConfigured:  # neither Django 6 nor the django-tasks backport
-    pytest.skip("no django.tasks here", allow_module_level=True)
+    pytest.skip("needs django.tasks: Django 6, or the django-tasks backport (in the test "
+                "extra for Python < 3.12)", allow_module_level=True)
 
 from blitzq_django import conf  # noqa: E402
 from blitzq_django.backend import (  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402
