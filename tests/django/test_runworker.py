@@ -131,7 +131,9 @@ def test_bad_options_are_refused(blitzq_memory: Any) -> None:
 
 
 # Django 6.1's system checks query the database (JSONField support on SQLite).
-@pytest.mark.django_db
+# transaction=True: runworker's history writer commits rows through its own thread's
+# connection; the flush after the test removes them, so no later test sees them.
+@pytest.mark.django_db(transaction=True)
 def test_runworker_in_process_burst(blitzq_memory: Any) -> None:
     handle = tasks.noop.enqueue()
     call_command("runworker", "--burst", "--concurrency", "2", verbosity=0)
