@@ -224,13 +224,9 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     import redis
 
-    from bench.run import RedisServer
+    from bench.run import redis_url_or_private
 
-    server = None
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        server = RedisServer()
-        url = server.start()
+    url, server = redis_url_or_private()
     r = redis.Redis.from_url(url)
     env = {**os.environ, "REDIS_URL": url, "PYTHONPATH": str(ROOT)}
     runs: dict[tuple[str, str], list[dict[str, float]]] = {}

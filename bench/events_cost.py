@@ -148,13 +148,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="2000,7000", help="the two drains of --callgrind")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from bench.run import RedisServer
+    from bench.run import redis_url_or_private
 
-    server = None
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        server = RedisServer()
-        url = server.start()
+    url, server = redis_url_or_private()
     if args.callgrind:
         try:
             callgrind(url, args.kinds.split(","), [int(n) for n in args.sizes.split(",")])

@@ -242,13 +242,9 @@ def main() -> None:
     parser.add_argument("--kinds", default="async,def")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from bench.run import RedisServer
+    from bench.run import redis_url_or_private
 
-    server = None
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        server = RedisServer()
-        url = server.start()
+    url, server = redis_url_or_private()
     try:
         if args.cost:
             cost(url, args.n, args.single, args.repeats, args.kinds.split(","))

@@ -116,6 +116,16 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def redis_url_or_private() -> tuple[str, RedisServer | None]:
+    """REDIS_URL when set, else a private redis-server of this run's own (the caller
+    stops it when done; None when REDIS_URL was used)."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        return url, None
+    server = RedisServer()
+    return server.start(), server
+
+
 def _acct_url(url: str) -> str:
     base, _, _db = url.rpartition("/")
     return f"{base}/{ACCT_DB}" if _db.isdigit() else f"{url.rstrip('/')}/{ACCT_DB}"
