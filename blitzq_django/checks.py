@@ -17,6 +17,8 @@ blitzq.E012    HISTORY not one of the modes, or HISTORY_RETENTION not a number o
                days over 0 and up to 36500
 blitzq.E013    OUTBOX_DATABASES not a non-empty list of database aliases, or
                EFFECTS_RETENTION not a number of days over 0 and up to 36500
+blitzq.E014    MODE or a QUEUE_MODES value not "reliable" or "fast", or a
+               QUEUE_MODES key that is not a queue of QUEUES (or a ROUTES target)
 blitzq.E015    a BLITZQ["PERIODIC"] entry that is not a valid schedule
 blitzq.E016    a schedule runs a task that is not registered, or a PERIODIC name
                is declared in code (@periodic / schedule=) too

@@ -48,6 +48,15 @@ DEFAULTS: dict[str, Any] = {
     # "redis": reliable mode on Redis streams (at-least-once).
     # "memory": in-process only, lost on exit; for tests and notebooks, never production.
     "BROKER": "redis",
+    # Delivery mode of every queue (docs/delivery-guarantees.md): "reliable" (Redis
+    # streams with leases, at-least-once: a crashed worker's messages run again) or
+    # "fast" (Redis lists, at-most-once: fewer Redis commands per task, but a worker
+    # killed without a graceful stop loses what it had fetched and not finished).
+    "MODE": "reliable",
+    # Queue -> delivery mode, overriding MODE for that queue, e.g. {"bulk": "fast"}.
+    # Producers and workers read the same settings, so they agree. Change a queue's mode
+    # only once it is empty: its waiting messages stay where the old mode put them.
+    "QUEUE_MODES": {},
     # Prefix inside every key name, so several projects can share one Redis.
     "NAMESPACE": "blitzq",
     # The queues a worker serves when it is not given --queues.
@@ -89,6 +98,13 @@ DEFAULTS: dict[str, Any] = {
     "THREADS": None,
     # Worker processes runworker starts (runworker --processes overrides it).
     "PROCESSES": 1,
+    # Child processes of one worker that run `def` tasks declared executor="process"
+    # (CPU-bound code, docs/executors.md); None means os.cpu_count(). Not PROCESSES, which
+    # counts runworker's worker processes: each of those has a pool of this size, started
+    # on its first process task (a worker that never runs one starts none).
+    "PROCESS_POOL_SIZE": None,
+    # Calls one such child runs before it is replaced by a fresh one (bounds leaks).
+    "PROCESS_MAX_TASKS_PER_CHILD": 1000,
     # Queue -> most attempts of that queue one worker runs at once, e.g. {"reports": 2}
     # (runworker --queue-concurrency adds to it). Queues without one share CONCURRENCY;
     # a quiet queue is never starved by a busy one either way.
@@ -144,6 +160,7 @@ DEFAULTS: dict[str, Any] = {
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 BROKERS = ("redis", "memory")
+DELIVERY_MODES = ("reliable", "fast")
 HISTORY_MODES = ("all", "failures", "off")
 REDIS_CACHE_BACKENDS = ("django_redis.cache.RedisCache",
                         "django.core.cache.backends.redis.RedisCache")
@@ -155,6 +172,8 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "REDIS_URL": ((str, type(None)), "a URL string, a callable returning one, or None"),
     "CACHE_ALIAS": ((str, type(None)), "a cache alias (str) or None"),
     "BROKER": ((str,), "a string"),
+    "MODE": ((str,), "'reliable' or 'fast'"),
+    "QUEUE_MODES": ((dict,), "a dict of queue name -> 'reliable' or 'fast'"),
     "NAMESPACE": ((str,), "a string"),
     "QUEUES": ((list, tuple), "a list of queue names"),
     "DEFAULT_QUEUE": ((str,), "a string"),
@@ -173,6 +192,8 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "CONCURRENCY": ((int,), "an integer"),
     "THREADS": ((int, type(None)), "an integer or None"),
     "PROCESSES": ((int,), "an integer"),
+    "PROCESS_POOL_SIZE": ((int, type(None)), "an integer or None"),
+    "PROCESS_MAX_TASKS_PER_CHILD": ((int,), "an integer"),
     "QUEUE_CONCURRENCY": ((dict,), "a dict of queue name -> integer"),
     "ROUTES": ((dict,), "a dict of task name glob -> queue name"),
     "SHUTDOWN_TIMEOUT": (_NUMBER, "a number of seconds"),
@@ -208,6 +229,8 @@ LIMITS: dict[str, limits.Limit] = {
     "CONCURRENCY": limits.LIMITS["concurrency"],
     "THREADS": replace(limits.LIMITS["threads"], low=1, note=" (None = CONCURRENCY)"),
     "PROCESSES": limits.LIMITS["processes"],
+    "PROCESS_POOL_SIZE": limits.Limit(True, 1, 1024, note=" (None = the number of CPUs)"),
+    "PROCESS_MAX_TASKS_PER_CHILD": limits.Limit(True, 1, 10**9),
     "SHUTDOWN_TIMEOUT": limits.LIMITS["shutdown_timeout"],
     "OUTBOX_INTERVAL": limits.Limit(False, 0.01, 60),
     "OUTBOX_BATCH": limits.Limit(True, 1, 1000),
@@ -287,7 +310,8 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
     a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS, E008 unknown REDIS_OPTIONS key,
     E009 bad RATE_LIMITS bucket name or rate, E010 bad ROUTES entry, E011 bad
     QUEUE_CONCURRENCY entry, E012 bad HISTORY or HISTORY_RETENTION, E013 bad
-    OUTBOX_DATABASES or EFFECTS_RETENTION, E015 bad PERIODIC entry (cron, tz, every,
+    OUTBOX_DATABASES or EFFECTS_RETENTION, E014 bad MODE or QUEUE_MODES entry (unknown
+    mode, unknown queue), E015 bad PERIODIC entry (cron, tz, every,
     arguments...: blitzq_django/periodic.py).
     """
     if user is None:
@@ -370,6 +394,7 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
         found += [Problem("blitzq.E011", "QUEUE_CONCURRENCY",
                           f"BLITZQ['QUEUE_CONCURRENCY'][{queue!r}] {why}.")
                   for queue, why in _queue_concurrency_problems(merged["QUEUE_CONCURRENCY"])]
+    found += _mode_problems(merged, bad_type)
     if "HISTORY" not in bad_type and merged["HISTORY"] not in HISTORY_MODES:
         modes = ", ".join(map(repr, HISTORY_MODES))
         found.append(Problem("blitzq.E012", "HISTORY", f"BLITZQ['HISTORY'] must be one of "
@@ -417,6 +442,35 @@ def _routes_problems(routes: dict[Any, Any]) -> list[tuple[Any, str]]:
         elif not (isinstance(queue, str) and name_ok(queue)):
             found.append((pattern, f"is {queue!r}, not a queue name (letters, digits, '-', "
                                    "'_', '.'; at most 100 characters)"))
+    return found
+
+
+def _mode_problems(merged: dict[str, Any], bad_type: set[str]) -> list[Problem]:
+    """E014: MODE or a QUEUE_MODES value not a delivery mode, or a QUEUE_MODES key that is
+    not a queue of QUEUES or a ROUTES target (a typo would leave the real queue in MODE)."""
+    found = []
+    modes = ", ".join(map(repr, DELIVERY_MODES))
+    if "MODE" not in bad_type and merged["MODE"] not in DELIVERY_MODES:
+        found.append(Problem("blitzq.E014", "MODE", f"BLITZQ['MODE'] must be one of {modes}, "
+                             f"not {merged['MODE']!r:.40}.", "Default: 'reliable'."))
+    if "QUEUE_MODES" in bad_type:
+        return found
+    known = set(merged["QUEUES"]) if "QUEUES" not in bad_type else set()
+    if "ROUTES" not in bad_type:
+        known |= {q for q in merged["ROUTES"].values() if isinstance(q, str)}
+    for queue, mode in merged["QUEUE_MODES"].items():
+        where = f"BLITZQ['QUEUE_MODES'][{queue!r:.60}]"
+        if not (isinstance(queue, str) and name_ok(queue)):
+            found.append(Problem("blitzq.E014", "QUEUE_MODES", f"{where}: the key is not a "
+                                 "queue name.", "Letters, digits, '-', '_', '.'; at most 100 "
+                                 "characters."))
+        elif queue not in known:
+            found.append(Problem("blitzq.E014", "QUEUE_MODES", f"{where}: unknown queue "
+                                 f"{queue!r}: not in BLITZQ['QUEUES'] nor a ROUTES target.",
+                                 "Add it to QUEUES, or fix the name."))
+        if mode not in DELIVERY_MODES:
+            found.append(Problem("blitzq.E014", "QUEUE_MODES", f"{where} must be one of "
+                                 f"{modes}, not {mode!r:.40}."))
     return found
 
 
@@ -627,7 +681,9 @@ def build_client(merged: dict[str, Any]) -> Client:
                                        dead_letter_max=merged["DEAD_LETTER_MAX"],
                                        revoke_ttl=merged["REVOKE_TTL"],
                                        events_maxlen=events_maxlen(merged),
-                                       event_details=history_on(merged))
+                                       event_details=history_on(merged),
+                                       mode=merged["MODE"],
+                                       queue_modes=merged["QUEUE_MODES"])
         else:
             url, options = redis_location(merged)
             broker = RedisBroker(url, namespace=merged["NAMESPACE"],
@@ -637,6 +693,7 @@ def build_client(merged: dict[str, Any]) -> Client:
                                  revoke_ttl=merged["REVOKE_TTL"],
                                  events_maxlen=events_maxlen(merged),
                                  event_details=history_on(merged),
+                                 mode=merged["MODE"], queue_modes=merged["QUEUE_MODES"],
                                  redis_options=options)
         return Client(broker, registry, store_results=merged["STORE_RESULTS"],
                       track_state=merged["TRACK_STATE"],
@@ -674,6 +731,31 @@ def get_client() -> Client:
                 _client.schedule_sources = extra_sources()
             client = _client
     return client
+
+
+def process_pool_options(merged: dict[str, Any]) -> dict[str, Any]:
+    """The Worker keywords of its process pool (executor="process" tasks): its size, the
+    recycling, and Django set up in each child (``child_setup``) with stale database
+    connections closed around each call, as around a request."""
+    from django.db import close_old_connections
+
+    return {"processes": merged["PROCESS_POOL_SIZE"],
+            "max_tasks_per_child": merged["PROCESS_MAX_TASKS_PER_CHILD"],
+            "process_initializer": child_setup,
+            "process_initargs": (os.environ.get("DJANGO_SETTINGS_MODULE"),),
+            "process_around_call": close_old_connections}
+
+
+def child_setup(settings_module: str | None) -> None:
+    """Run once in each process-pool child: ``django.setup()`` with the worker's settings
+    module, so process tasks see the settings, the apps and the ORM. (Settings made with
+    ``settings.configure()`` in the worker cannot be passed on: the child needs
+    DJANGO_SETTINGS_MODULE.)"""
+    if settings_module:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", settings_module)
+    import django
+
+    django.setup()
 
 
 def check_connection(client: Client | None = None) -> None:

@@ -41,7 +41,7 @@ TASK_OPTIONS = frozenset({
     "name", "queue", "retries", "initial_delay", "max_delay", "factor", "jitter", "retry_on",
     "dont_retry_on", "retry", "timeout", "store_result", "dead_letter", "on_failure",
     "on_dead_letter", "expires", "priority", "unique", "rate_limit", "rate_key",
-    "effectively_once", "schedule",
+    "effectively_once", "schedule", "executor",
 })
 
 #: Queues named by a task's ``queue=`` option (runworker serves them by default).
@@ -155,7 +155,9 @@ def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> An
     most once per message, blitzq_django/effects.py; `def` tasks only), schedule (a cron
     expression, seconds, a timedelta, or a dict of cron/every, tz, args, kwargs, missed...:
     the task also runs periodically, blitzq_django/periodic.py, docs/scheduling.md).
-    ``async def`` tasks run on the worker's event loop; ``def`` tasks on its thread pool.
+    ``async def`` tasks run on the worker's event loop; ``def`` tasks on its thread pool,
+    or with executor="process" in a pool of child processes (CPU-bound code; a function
+    defined at the top level of its module; BLITZQ["PROCESS_POOL_SIZE"]; docs/executors.md).
     """
     unknown = set(options) - TASK_OPTIONS
     if unknown:
@@ -169,6 +171,10 @@ def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> An
         schedule = spec_options.pop("schedule", None)  # periodic.py, docs/scheduling.md
         where = f"@blitzq_task on {f.__module__}.{f.__qualname__}"
         body: Callable[..., Any] = f
+        if once and options.get("executor") == "process":
+            raise ImproperlyConfigured(f"{where}: effectively_once runs the body in a "
+                                       "transaction of the worker; it cannot be combined "
+                                       "with executor='process'")
         if once:
             from .effects import wrap as effectively_once
 

@@ -51,10 +51,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db import close_old_connections
 from django.dispatch import Signal
 
 from . import conf
+from .db_connections import close_old_connections_if_opened
 from .engine import TaskHandle, TaskSpec
 from .engine.core.names import name_ok
 from .engine.worker.listeners import Listener, Settled, Started
@@ -150,7 +150,7 @@ class SignalListener(Listener):
         django_task = self.django_tasks and _django_task(spec)
         if not (task_started.receivers or django_task):
             return
-        close_old_connections()
+        close_old_connections_if_opened()
         try:
             if task_started.receivers:
                 _robust(task_started, sender_of(spec), {
@@ -163,7 +163,7 @@ class SignalListener(Listener):
 
                 send_started(spec, event)
         finally:
-            close_old_connections()
+            close_old_connections_if_opened()
 
     def settled(self, event: Settled) -> None:
         signals = _SIGNALS_OF.get(event.state, ())
@@ -172,7 +172,7 @@ class SignalListener(Listener):
                        and _django_task(spec))
         if not (django_task or any(s.receivers for s in signals)):
             return
-        close_old_connections()
+        close_old_connections_if_opened()
         try:
             self._send(event, spec, signals)
             if django_task:
@@ -180,7 +180,7 @@ class SignalListener(Listener):
 
                 send_finished(spec, event)
         finally:
-            close_old_connections()
+            close_old_connections_if_opened()
 
     @staticmethod
     def _send(event: Settled, spec: TaskSpec | None, signals: tuple[Signal, ...]) -> None:

@@ -96,7 +96,12 @@ class Client:
     # -- defining tasks ------------------------------------------------------
 
     def task(self, func: Callable[P, R] | None = None, **options: Any) -> Any:
-        """Decorator: register ``func`` as a task bound to this client."""
+        """Decorator: register ``func`` as a task bound to this client.
+
+        ``executor="process"`` runs a `def` task in the worker's pool of child processes
+        (CPU-bound code; engine/worker/processes.py) instead of its thread pool: only a
+        function defined at the top level of an importable module (ConfigurationError
+        otherwise, here)."""
 
         def wrap(f: Callable[P, R]) -> Task[P, R]:
             options.setdefault("queue", self.default_queue)
@@ -157,18 +162,42 @@ class Client:
               call: CallOptions | None = None) -> Enqueue:
         """Encode one call (the whole message is checked here, at enqueue time)."""
         call = call or _NO_OPTIONS
+        return self._encode(spec, args, kwargs, call, call.task_id or new_id(),
+                            self._shared(spec, call))
+
+    def build_many(self, spec: TaskSpec, calls: Sequence[tuple[Sequence[Any], dict[str, Any]]],
+                   call: CallOptions | None = None) -> list[Enqueue]:
+        """build() for many calls of one task with the same options: what they share is
+        worked out once, and their ids come from one read of the random source."""
+        call = call or _NO_OPTIONS
+        shared = self._shared(spec, call)
+        if call.task_id:
+            ids = [call.task_id] * len(calls)
+        else:
+            random = os.urandom(16 * len(calls)).hex()
+            ids = [random[n:n + 32] for n in range(0, 32 * len(calls), 32)]
+        encode = self._encode
+        return [encode(spec, args, kwargs, call, message_id, shared)
+                for (args, kwargs), message_id in zip(calls, ids, strict=True)]
+
+    def _shared(self, spec: TaskSpec, call: CallOptions) -> tuple[Any, ...]:
+        """What every message of one call shares: queue, expiry, lane, uniqueness, retry
+        policy, headers."""
+        return (call.queue or (self.route(spec.name) if self.routes else None) or spec.queue,
+                spec.expires if call.expires is None else call.expires,
+                spec.priority if call.priority is None else priority_lane(call.priority),
+                spec.unique if call.unique is None else call.unique,
+                call.policy(), inherited_headers(call.headers))
+
+    def _encode(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
+                call: CallOptions, message_id: str, shared: tuple[Any, ...]) -> Enqueue:
+        queue, expires, priority, unique, policy, headers = shared
         created = now_ms()
         eta_ms = call.due_ms(created)
-        message_id = call.task_id or new_id()
-        queue = call.queue or (self.route(spec.name) if self.routes else None) or spec.queue
-        expires = spec.expires if call.expires is None else call.expires
-        priority = spec.priority if call.priority is None else priority_lane(call.priority)
-        unique = spec.unique if call.unique is None else call.unique
         held = (unique_key(spec.name, args, kwargs) if unique
                 else f"id:{call.task_id}" if call.task_id else None)
         payload = encode_fields(message_id, spec.name, queue, args, kwargs, 1, created, eta_ms,
-                                call.timeout, call.idempotency_key,
-                                inherited_headers(call.headers), call.policy(),
+                                call.timeout, call.idempotency_key, headers, policy,
                                 self.max_message_size,
                                 expires_ms=None if expires is None else expiry_ms(
                                     expires, created, f"task {spec.name!r}: "),
@@ -201,7 +230,7 @@ class Client:
 
         Every message is encoded (and checked) before the first one is written.
         """
-        built = [self.build(spec, a, k, call) for a, k in calls]
+        built = self.build_many(spec, list(calls), call)
         handles: list[TaskHandle] = []
         for start in range(0, len(built), MAX_BATCH):
             chunk = built[start:start + MAX_BATCH]
@@ -212,7 +241,7 @@ class Client:
     async def aenqueue_many(self, spec: TaskSpec,
                             calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                             call: CallOptions | None = None) -> list[TaskHandle]:
-        built = [self.build(spec, a, k, call) for a, k in calls]
+        built = self.build_many(spec, list(calls), call)
         handles: list[TaskHandle] = []
         for start in range(0, len(built), MAX_BATCH):
             chunk = built[start:start + MAX_BATCH]

@@ -145,6 +145,9 @@ def upsert(rows: Sequence[Row]) -> None:
     if connection.vendor == "postgresql" and PG_COPY:
         _pg_upsert(connection, rows)
         return
+    if connection.vendor == "sqlite":
+        _sqlite_upsert(connection, rows)
+        return
     TaskRecord.objects.bulk_create([_model(row) for row in rows], batch_size=1000,
                                    update_conflicts=True, unique_fields=["task_id"],
                                    update_fields=list(FIELDS))
@@ -181,6 +184,46 @@ def _pg_upsert(connection: Any, rows: Sequence[Row]) -> None:
         cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {_BATCH_TABLE} "
                        f"ON CONFLICT (task_id) DO UPDATE SET {updates}")
         cursor.execute(f"TRUNCATE {_BATCH_TABLE}")
+
+
+def _sqlite_upsert(connection: Any, rows: Sequence[Row]) -> None:
+    """bulk_create(update_conflicts=True)'s statement, ``INSERT ... ON CONFLICT (task_id)
+    DO UPDATE``, with one ``executemany``: the values adapted as the fields would adapt
+    them, without building a model and a placeholder per value (in a busy runworker the
+    ORM's compiler took most of the writer's time, and the writer is a thread beside the
+    worker: bench/history_writer.py)."""
+    from django.utils import timezone
+
+    from ..models import TaskRecord
+
+    quote = connection.ops.quote_name
+    table = quote(TaskRecord._meta.db_table)
+    names = ("task_id", *FIELDS)
+    columns = ", ".join(quote(c) for c in names)
+    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in FIELDS)
+    placeholders = ", ".join(["%s"] * len(names))
+    dumps = json.dumps
+    # The field's own preparation: aware or naive by USE_TZ, then the backend's format.
+    prepare = TaskRecord._meta.get_field("created_at").get_db_prep_save
+
+    def when(value: Any) -> Any:
+        return prepare(value, connection)
+
+    aware = merge.aware
+    now = when(timezone.now())
+
+    def at(ms: int | None) -> Any:
+        return None if ms is None else when(aware(ms))
+
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} ({columns}) VALUES ({placeholders}) "
+            f"ON CONFLICT ({quote('task_id')}) DO UPDATE SET {updates}",
+            [(r.task_id, r.idempotency_key, r.task_name, r.queue, r.state, r.attempt,
+              dumps(r.args), dumps(r.kwargs), None if r.result is None else dumps(r.result),
+              r.error_type, r.error_message, r.traceback, at(r.created_ms),
+              at(r.started_ms), at(r.finished_ms), r.worker, dumps(r.timeline),
+              r.last_event, now) for r in rows])
 
 
 def read_records(client: Client, queue: str, ids: Sequence[str]) -> list[Record | None]:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import redis
-from django.db import close_old_connections
 
 from blitzq_django import conf
+from blitzq_django.db_connections import close_old_connections_if_opened
 from blitzq_django.engine import Client, Worker
 
 
@@ -57,7 +57,7 @@ def blitzq_client(request: pytest.FixtureRequest) -> Client:
 def running_worker(client: Client | None = None, **options: Any) -> Iterator[Worker]:
     """A worker on its own thread and event loop, as runworker builds it; stopped on exit."""
     options.setdefault("concurrency", 8)
-    worker = Worker(client or conf.get_client(), around_sync_call=[close_old_connections],
+    worker = Worker(client or conf.get_client(), around_sync_call=[close_old_connections_if_opened],
                     **options)
     outcome: dict[str, Any] = {}
 

@@ -1,7 +1,8 @@
 """Database connections in worker threads: handled as around a request.
 
 ``runworker`` calls ``close_old_connections`` before and after each `def` task and
-each plain failure hook, so CONN_MAX_AGE applies to worker threads as it does to
+each plain failure hook in a thread that opened a connection (and nothing in one that
+never did: db_connections.py), so CONN_MAX_AGE applies to worker threads as it does to
 request threads, and a connection broken by a task is not handed to the next one.
 `async def` tasks use the async ORM.
 """
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
+from blitzq_django import db_connections
 from blitzq_django.decorators import blitzq_task
 from testproject.shop.models import Order
 from tests.django.conftest import running_worker
@@ -101,3 +103,77 @@ def test_async_tasks_may_use_the_async_orm(blitzq_memory: Any) -> None:
     with running_worker(blitzq_memory, concurrency=2):
         assert create.enqueue("async-1").result(timeout=10) == 1
     assert Order.objects.filter(reference="async-1").exists()
+
+
+def _in_a_thread(func: Any) -> Any:
+    """What ``func()`` returns when called on a new thread (with its own connections)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = func()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    return out["value"]
+
+
+def _count_walks(monkeypatch: Any) -> list[int]:
+    """One entry per call of Django's close_old_connections by the hook, which still runs."""
+    real = db_connections.close_old_connections
+    calls: list[int] = []
+
+    def counted() -> None:
+        calls.append(1)
+        real()
+
+    monkeypatch.setattr(db_connections, "close_old_connections", counted)
+    return calls
+
+
+def test_a_thread_that_never_connected_does_not_walk_the_connections(
+        monkeypatch: Any) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(db_connections, "close_old_connections", lambda: calls.append(1))
+
+    def hook_twice() -> int:
+        db_connections.close_old_connections_if_opened()
+        db_connections.close_old_connections_if_opened()
+        return len(calls)
+
+    assert _in_a_thread(hook_twice) == 0
+
+
+def test_a_thread_that_connected_is_closed_with_conn_max_age_0_then_skipped(
+        settings: Any, monkeypatch: Any) -> None:
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    calls = _count_walks(monkeypatch)
+
+    def use_then_hook() -> tuple[bool, bool, int]:
+        Order.objects.count()
+        wrapper = connections["default"]
+        opened = wrapper.connection is not None
+        db_connections.close_old_connections_if_opened()  # closes it (max age 0)
+        closed = wrapper.connection is None
+        db_connections.close_old_connections_if_opened()  # nothing open: not walked
+        return opened, closed, len(calls)
+
+    assert _in_a_thread(use_then_hook) == (True, True, 1)
+
+
+def test_a_persistent_connection_stays_checked_around_every_task(
+        settings: Any, monkeypatch: Any) -> None:
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = None  # persistent
+    calls = _count_walks(monkeypatch)
+
+    def use_then_hook() -> tuple[bool, int]:
+        Order.objects.count()
+        for _ in range(3):
+            db_connections.close_old_connections_if_opened()
+        return connections["default"].connection is not None, len(calls)
+
+    assert _in_a_thread(use_then_hook) == (True, 3)

@@ -70,6 +70,12 @@ def test_defaults_are_valid() -> None:
     ({"QUEUE_CONCURRENCY": {"reports": 0}}, "blitzq.E011", "reports"),
     ({"QUEUE_CONCURRENCY": {"reports": float("nan")}}, "blitzq.E011", "reports"),
     ({"QUEUE_CONCURRENCY": {"a b": 1}}, "blitzq.E011", "a b"),
+    ({"MODE": "turbo"}, "blitzq.E014", "turbo"),
+    ({"MODE": 1}, "blitzq.E003", "MODE"),
+    ({"QUEUE_MODES": {"default": "turbo"}}, "blitzq.E014", "turbo"),
+    ({"QUEUE_MODES": {"bulk": "fast"}}, "blitzq.E014", "unknown queue 'bulk'"),
+    ({"QUEUE_MODES": {"a b": "fast"}}, "blitzq.E014", "not a queue name"),
+    ({"QUEUE_MODES": ["bulk"]}, "blitzq.E003", "QUEUE_MODES"),
     ({"EVENTS": 1}, "blitzq.E003", "EVENTS"),
     ({"EVENTS_MAXLEN": "100k"}, "blitzq.E003", "EVENTS_MAXLEN"),
     ({"EVENTS_MAXLEN": 0}, "blitzq.E004", "EVENTS_MAXLEN"),
@@ -80,6 +86,24 @@ def test_each_problem_has_its_id_and_names_the_key(user: Any, expected_id: str,
     found = conf.problems(user)
     assert [p.id for p in found] == [expected_id]
     assert named in found[0].message
+
+
+def test_queue_modes_may_name_queues_and_routed_queues() -> None:
+    assert conf.problems({"MODE": "fast", "QUEUES": ["default", "bulk"],
+                          "ROUTES": {"reports.*": "slow"},
+                          "QUEUE_MODES": {"bulk": "fast", "slow": "reliable"}}) == []
+
+
+@pytest.mark.parametrize("broker", ["memory", "redis"])
+def test_modes_reach_the_broker_producers_and_workers_share(broker: str) -> None:
+    merged = {**conf.DEFAULTS, "BROKER": broker, "MODE": "fast",
+              "QUEUES": ["default", "bulk"], "QUEUE_MODES": {"default": "reliable"}}
+    client = conf.build_client(merged)  # no connection is opened here
+    try:
+        assert client.broker.mode_of("bulk") == "fast"
+        assert client.broker.mode_of("default") == "reliable"
+    finally:
+        client.broker.close()
 
 
 def test_unknown_key_suggests_the_close_one() -> None:

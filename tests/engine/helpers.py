@@ -68,14 +68,26 @@ def inject(broker: RedisBroker | MemoryBroker, queue: str, payload: bytes,
     broker.enqueue([Enqueue(queue, message_id, payload)])
 
 
+def is_fast(broker: RedisBroker | MemoryBroker, queue: str = "default") -> bool:
+    """True when ``queue`` is in fast mode on this broker (lists, at-most-once)."""
+    return broker.mode_of(queue) == "fast"
+
+
+def ready_payloads(broker: RedisBroker, queue: str) -> list[bytes]:
+    """The encoded messages waiting on a Redis queue's normal lane, next out first."""
+    if is_fast(broker, queue):  # a list: LPUSH in, RPOP out
+        return raw_redis(broker).lrange(broker.keys.queue(queue).list, 0, -1)[::-1]
+    return [fields[b"m"] for _, fields in
+            raw_redis(broker).xrange(broker.keys.queue(queue).stream)]
+
+
 def ready_message_ids(broker: RedisBroker | MemoryBroker, queue: str) -> list[str]:
     """Ids of the messages waiting on the queue (delivered or not)."""
     if isinstance(broker, MemoryBroker):
         q = broker._queue(queue)
         payloads = [p for _, p in q.ready] + [p.payload for p in q.pending.values()]
     else:
-        entries = raw_redis(broker).xrange(broker.keys.queue(queue).stream)
-        payloads = [fields.get(b"m") for _, fields in entries]
+        payloads = ready_payloads(broker, queue)
     return [decode(p).id for p in payloads if p]
 
 

@@ -178,6 +178,7 @@ def test_replayed(client: Client) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.reliable_only("fast mode recovers nothing (at-most-once): no recovered event")
 async def test_requeued_and_recovered(client: Client) -> None:
     @client.task(name="t")
     def t() -> None:
@@ -206,6 +207,7 @@ async def test_requeued_and_recovered(client: Client) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.reliable_only("fast mode recovers nothing (at-most-once)")
 async def test_recovered_entry_that_is_not_a_message(client: Client) -> None:
     from .helpers import inject
 
@@ -280,6 +282,7 @@ def test_started_is_written_once_with_or_without_track_state(broker: Any,
 
 
 @pytest.mark.asyncio
+@pytest.mark.reliable_only("fast mode has no ownership: a popped message is its worker's alone")
 async def test_started_is_only_written_while_the_consumer_owns_the_entry(
         client: Client) -> None:
     from blitzq_django.engine.worker import outcome

@@ -24,7 +24,7 @@ from blitzq_django.engine.core import record as states
 from blitzq_django.engine.core.message import decode
 
 from ..support.waiting import await_until, wait_until
-from .helpers import background_worker, raw_redis, run_burst
+from .helpers import background_worker, ready_payloads, run_burst
 
 
 def expires_ms_of(client: Client, handle: Any) -> int:
@@ -33,8 +33,7 @@ def expires_ms_of(client: Client, handle: Any) -> int:
     if isinstance(broker, MemoryBroker):
         payloads = [p for _, p in broker._queue(handle.queue).ready]
     else:
-        entries = raw_redis(broker).xrange(broker.keys.queue(handle.queue).stream)
-        payloads = [fields[b"m"] for _, fields in entries]
+        payloads = ready_payloads(broker, handle.queue)
     for payload in payloads:
         message = decode(payload)
         if message.id == handle.id:

@@ -293,3 +293,25 @@ def test_replayable_payload_is_the_original_message(client: Client) -> None:
     assert letter.message.args == [42] and letter.message.attempt == 1
     assert encode(letter.message) == encode(Message(**{
         f: getattr(letter.message, f) for f in Message.__dataclass_fields__}))
+
+
+def test_an_async_task_raising_cancelled_error_itself_fails_and_frees_its_slot(
+        client: Client) -> None:
+    # Not a cancel() and not a shutdown: an awaited future of the task's own was
+    # cancelled. The attempt fails like any error; the one slot serves the next message.
+    @client.task(name="cancels_itself", initial_delay=0)
+    async def cancels_itself() -> None:
+        raise asyncio.CancelledError("an inner future was cancelled")
+
+    @client.task(name="after_it")
+    async def after_it() -> str:
+        return "ran"
+
+    first, second = cancels_itself.enqueue(), after_it.enqueue()
+    stats = run_burst(client, concurrency=1)
+    assert stats.dead_lettered == 1 and stats.succeeded == 1
+    record = client.get_result(first.id, 5)
+    assert record.state == states.DEAD_LETTERED
+    assert record.error_type == "CancelledError"
+    assert client.get_result(second.id, 5).result == "ran"
+    assert pending_count(client.broker, "default") == 0

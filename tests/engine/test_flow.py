@@ -351,7 +351,8 @@ def test_delayed_message_runs_once_due(client: Client) -> None:
     def t() -> int:
         return 1
 
-    h = t.options(delay=0.2).enqueue()
+    # Due well after a burst worker on a loaded machine has found the queue empty.
+    h = t.options(delay=1.5).enqueue()
     assert h.inspect().state == states.SCHEDULED  # type: ignore[union-attr]
     run_burst(client)  # burst stops before the message is due
     assert client.inspect(h.id).state == states.SCHEDULED  # type: ignore[union-attr]

@@ -49,6 +49,7 @@ def record(message_id: str, state: str = "succeeded") -> bytes:
     return Record(id=message_id, task="t", queue="default", state=state, result=1).to_bytes()
 
 
+@pytest.mark.reliable_only("fast mode has no lease to renew or lose")
 def test_renew_renews_owned_entries_and_reports_the_others_lost(client: Client) -> None:
     put(client, 3)
     broker = client.broker
@@ -86,6 +87,7 @@ def test_renew_renews_owned_entries_and_reports_the_others_lost(client: Client) 
 
 
 @pytest.mark.parametrize("kind", [DONE, RETRY, DEAD])
+@pytest.mark.reliable_only("fast mode has no ownership: a popped message is its worker's alone")
 def test_settle_by_a_former_owner_writes_nothing(client: Client, kind: str) -> None:
     (message_id,) = put(client, 1)
     broker = client.broker
@@ -120,6 +122,7 @@ def test_settle_by_a_former_owner_writes_nothing(client: Client, kind: str) -> N
         assert dead_letter_ids(broker, "default") == [message_id]
 
 
+@pytest.mark.reliable_only("fast mode has no ownership: every settlement of a batch is written")
 def test_settle_batch_answers_per_delivery(client: Client) -> None:
     ids = put(client, 2)
     broker = client.broker
@@ -139,6 +142,7 @@ def test_settle_batch_answers_per_delivery(client: Client) -> None:
     assert pending_count(broker, "default") == 1
 
 
+@pytest.mark.reliable_only("fast mode recovers nothing (at-most-once) and counts no deliveries")
 def test_recover_counts_deliveries_up(client: Client) -> None:
     put(client, 1)
     broker = client.broker
@@ -157,6 +161,7 @@ def test_recover_counts_deliveries_up(client: Client) -> None:
     assert run(broker, scenario) == [1, 2, 3, 4]
 
 
+@pytest.mark.reliable_only("fast mode recovers nothing (at-most-once)")
 def test_recover_takes_at_most_one_already_recovered_entry_per_call(client: Client) -> None:
     put(client, 5)
     broker = client.broker
@@ -184,6 +189,7 @@ def test_recover_takes_at_most_one_already_recovered_entry_per_call(client: Clie
     assert calls[3][2] >= 3
 
 
+@pytest.mark.reliable_only("fast mode recovers nothing (at-most-once)")
 def test_recover_skips_entries_not_idle_long_enough(client: Client) -> None:
     put(client, 1)
     broker = client.broker

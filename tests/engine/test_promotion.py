@@ -27,7 +27,7 @@ def twin(broker: RedisBroker | MemoryBroker) -> RedisBroker | MemoryBroker:
     """Another broker object on the same data, as another worker process would have."""
     if isinstance(broker, MemoryBroker):
         return broker  # one process: the same object (it is thread-safe)
-    return RedisBroker(broker.url, namespace=broker.keys.namespace)
+    return RedisBroker(broker.url, namespace=broker.keys.namespace, mode=broker.mode)
 
 
 def schedule(client: Client, task_name: str, due: list[int]) -> list[str]:

@@ -99,6 +99,7 @@ async def test_stop_before_run_has_started_is_not_lost(client: Client) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.reliable_only("fast mode delivers each message once: no delivery count")
 async def test_max_deliveries_exceeded_is_dead_lettered(client: Client) -> None:
     runs: list[int] = []
 
@@ -127,6 +128,7 @@ async def test_max_deliveries_exceeded_is_dead_lettered(client: Client) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.reliable_only("fast mode has no lease: a message held by a dead worker is lost")
 async def test_lost_lease_is_recovered_and_run(client: Client) -> None:
     seen: list[int] = []
 
@@ -148,6 +150,7 @@ async def test_lost_lease_is_recovered_and_run(client: Client) -> None:
     assert pending_count(broker, "default") == 0
 
 
+@pytest.mark.reliable_only("fast mode recovers nothing (at-most-once)")
 def test_settlement_of_a_recovered_delivery_is_refused(broker: Any) -> None:
     # The stale owner must not ack (or record) a delivery another worker has taken over.
     from blitzq_django.engine.brokers.base import DONE, Settlement

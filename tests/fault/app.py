@@ -53,7 +53,8 @@ def _started_before() -> bool:
 
 
 def make_client() -> Client:
-    broker = RedisBroker(os.environ["REDIS_URL"], namespace=os.environ["BLITZQ_NAMESPACE"])
+    broker = RedisBroker(os.environ["REDIS_URL"], namespace=os.environ["BLITZQ_NAMESPACE"],
+                         mode=os.environ.get("BLITZQ_MODE", "reliable"))
     client = Client(broker, store_results=True)
     register(client)
     return client

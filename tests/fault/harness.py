@@ -110,10 +110,11 @@ class Scenario:
     namespace: str = field(default_factory=lambda: f"f{uuid.uuid4().hex[:10]}")
     queue: str = "default"
     workers: list[WorkerProcess] = field(default_factory=list)
+    mode: str = "reliable"  # the delivery mode of producer and workers alike
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.tmp / "ledger.jsonl")
-        self.broker = RedisBroker(self.url, namespace=self.namespace)
+        self.broker = RedisBroker(self.url, namespace=self.namespace, mode=self.mode)
         self.client = Client(self.broker, store_results=True)
         self.tasks: dict[str, Any] = app.register(self.client)
         self.redis = redis.Redis.from_url(self.url)
@@ -123,7 +124,7 @@ class Scenario:
     def env(self) -> dict[str, str]:
         return {**os.environ, "REDIS_URL": self.url, "BLITZQ_NAMESPACE": self.namespace,
                 "LEDGER": str(self.ledger.path), "PYTHONPATH": str(ROOT),
-                "BLITZQ_LOG_LEVEL": "INFO"}
+                "BLITZQ_LOG_LEVEL": "INFO", "BLITZQ_MODE": self.mode}
 
     def worker(self, *args: str, ready: bool = True, processes: int = 1) -> WorkerProcess:
         n = len(self.workers)
@@ -151,6 +152,9 @@ class Scenario:
                  "idle": r["time_since_delivered"], "count": r["times_delivered"]} for r in rows]
 
     def stream_len(self) -> int:
+        """Messages ready (and, in reliable mode, delivered and not yet acknowledged)."""
+        if self.mode == "fast":
+            return self.redis.llen(self.keys.list)
         return self.redis.xlen(self.keys.stream)
 
     def drained(self) -> bool:

@@ -12,13 +12,38 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from ..core.events import Event
+from ..core.names import check_name
 from ..core.record import Record
+from ..errors import ConfigurationError
 
 DONE = "done"  # acked, final record written
 RETRY = "retry"  # acked, next attempt on the schedule
 DEAD = "dead"  # acked, moved to dead letters
 REQUEUE = "requeue"  # acked, put back on the queue at once
 RUNNING = "running"  # not acked: only the "running" record is written (track_state)
+
+#: Delivery modes (docs/delivery-guarantees.md). Reliable: Redis streams, a lease per
+#: delivery, at-least-once. Fast: Redis lists (LPUSH, RPOP, BRPOP), no lease, at-most-once:
+#: what a killed worker had popped and not settled is lost.
+RELIABLE, FAST = "reliable", "fast"
+MODES = (RELIABLE, FAST)
+
+
+def check_modes(mode: object, queue_modes: object) -> tuple[str, dict[str, str]]:
+    """The default mode and the per-queue ones, checked: known modes, valid queue names."""
+    if mode not in MODES:
+        raise ConfigurationError(f"mode must be one of {', '.join(MODES)}, not {mode!r:.60}")
+    if queue_modes is None:
+        return mode, {}  # type: ignore[return-value]
+    if not isinstance(queue_modes, dict):
+        raise ConfigurationError(f"queue_modes must be a dict of queue -> mode, "
+                                 f"got {queue_modes!r:.80}")
+    for queue, queue_mode in queue_modes.items():
+        check_name("queue", queue)
+        if queue_mode not in MODES:
+            raise ConfigurationError(f"queue_modes[{queue!r}] must be one of "
+                                     f"{', '.join(MODES)}, not {queue_mode!r:.60}")
+    return mode, dict(queue_modes)  # type: ignore[return-value]
 
 
 class Delivery(NamedTuple):

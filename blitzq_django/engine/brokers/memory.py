@@ -3,7 +3,10 @@
 Ephemeral: everything is lost when the process exits. For tests, notebooks and
 scripts. It keeps the same semantics as RedisBroker (pending entries owned by a
 consumer, delivery counts, recovery of idle entries, schedule, dead letters,
-records with TTL) so the engine's behaviour tests run against both.
+records with TTL) so the engine's behaviour tests run against both. Fast mode
+(``mode``/``queue_modes``, as RedisBroker's) behaves as on Redis: a fetched message
+of a fast queue is the worker's alone, with no lease, never recovered; a graceful
+requeue puts it first in line.
 Producers may call it from any thread; waiting readers are woken through an
 asyncio.Condition on their own loop (or a threading.Condition for sync callers).
 """
@@ -23,7 +26,19 @@ from ..core import events as ev
 from ..core import limits
 from ..core.deadletter import DeadLetter
 from ..core.record import Record
-from .base import DEAD, REQUEUE, RETRY, RUNNING, Delivery, Enqueue, ScheduledCancel, Settlement
+from .base import (
+    DEAD,
+    FAST,
+    RELIABLE,
+    REQUEUE,
+    RETRY,
+    RUNNING,
+    Delivery,
+    Enqueue,
+    ScheduledCancel,
+    Settlement,
+    check_modes,
+)
 
 
 def _now_ms() -> int:
@@ -48,6 +63,10 @@ class _Ready:
 
     def append(self, entry: tuple[str, bytes], priority: str | None = None) -> None:
         self.lanes[priority].append(entry)
+
+    def appendleft(self, entry: tuple[str, bytes], priority: str | None = None) -> None:
+        """Put ``entry`` first in its lane (next in line): a fast mode requeue."""
+        self.lanes[priority].appendleft(entry)
 
     def popleft(self) -> tuple[str, bytes, str | None]:
         for priority, line in self.lanes.items():
@@ -98,7 +117,10 @@ class MemoryBroker:
 
     def __init__(self, *, record_ttl: int = 86400, idempotency_ttl: int = 86400,
                  dead_letter_max: int = 100_000, revoke_ttl: int = 3600,
-                 events_maxlen: int = 100_000, event_details: bool = False) -> None:
+                 events_maxlen: int = 100_000, event_details: bool = False,
+                 mode: str = RELIABLE, queue_modes: dict[str, str] | None = None) -> None:
+        #: the delivery mode of every queue queue_modes does not name (see RedisBroker)
+        self.mode, self.queue_modes = check_modes(mode, queue_modes)
         limits.check_all(record_ttl=record_ttl, idempotency_ttl=idempotency_ttl,
                          dead_letter_max=dead_letter_max, revoke_ttl=revoke_ttl,
                          events_maxlen=events_maxlen)
@@ -129,6 +151,10 @@ class MemoryBroker:
         self._waiters: dict[asyncio.AbstractEventLoop, asyncio.Condition] = {}
         self._workers: dict[str, tuple[int, bytes]] = {}  # name -> (expires ms, info)
         self._readers: dict[str, set[str]] = {}  # queue -> consumers that read it
+
+    def mode_of(self, queue: str) -> str:
+        """The delivery mode of ``queue``: "reliable" or "fast"."""
+        return self.queue_modes.get(queue, self.mode)
 
     def _queue(self, name: str) -> _Queue:
         q = self._queues.get(name)
@@ -385,10 +411,13 @@ class MemoryBroker:
         with self._lock:
             for name in queues:
                 q = self._queue(name)
-                self._readers.setdefault(name, set()).add(consumer)
+                fast = self.mode_of(name) == FAST
+                if not fast:  # a fast queue has no consumer group
+                    self._readers.setdefault(name, set()).add(consumer)
                 while q.ready and len(out) < count:
                     entry_id, payload, priority = q.ready.popleft()
-                    q.pending[entry_id] = _Pending(payload, consumer, 1, now, priority)
+                    if not fast:  # fast: popped, the worker's alone (nothing pending)
+                        q.pending[entry_id] = _Pending(payload, consumer, 1, now, priority)
                     out.append(Delivery(name, entry_id, payload, 1, priority))
         return out
 
@@ -400,8 +429,9 @@ class MemoryBroker:
         with self._lock:
             for s in settlements:
                 q = self._queue(s.delivery.queue)
+                fast = self.mode_of(s.delivery.queue) == FAST
                 held = q.pending.get(s.delivery.entry_id)
-                if held is None or held.consumer != consumer:
+                if not fast and (held is None or held.consumer != consumer):
                     replies.append(False)
                     continue
                 if s.kind == RUNNING:
@@ -412,9 +442,11 @@ class MemoryBroker:
                                            s.started_ms or now_ms, s.attempt or None, consumer)
                     replies.append(True)
                     continue
-                del q.pending[s.delivery.entry_id]
+                q.pending.pop(s.delivery.entry_id, None)
                 if s.kind == RETRY:
                     q.schedule[s.message_id] = (s.due_ms, s.body, s.delivery.priority)
+                elif s.kind == REQUEUE and fast:  # RPUSH on Redis: next in line
+                    q.ready.appendleft((self._entry_id(), s.body), s.delivery.priority)
                 elif s.kind == REQUEUE:
                     q.ready.append((self._entry_id(), s.body), s.delivery.priority)
                 elif s.kind == DEAD:
@@ -444,6 +476,8 @@ class MemoryBroker:
         now = time.monotonic()
         with self._lock:
             for d in deliveries:
+                if self.mode_of(d.queue) == FAST:
+                    continue  # no lease: never lost
                 held = self._queue(d.queue).pending.get(d.entry_id)
                 if held is None or held.consumer != consumer:
                     lost.append(d)
@@ -454,6 +488,8 @@ class MemoryBroker:
     async def recover(self, queue: str, consumer: str, min_idle_ms: int,
                       count: int) -> tuple[list[Delivery], list[str]]:
         # Same rule as recover.lua: at most one already-recovered entry per call.
+        if self.mode_of(queue) == FAST:
+            return [], []  # nothing is pending in fast mode: nothing to recover
         out = []
         now = time.monotonic()
         suspect = False

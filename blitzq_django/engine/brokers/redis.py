@@ -1,4 +1,5 @@
-"""RedisBroker: reliable mode on Redis streams (at-least-once).
+"""RedisBroker: reliable mode on Redis streams (at-least-once), fast mode on Redis
+lists (at-most-once), chosen per queue (docs/delivery-guarantees.md).
 
 Producers use a sync redis-py client (one round trip per enqueue, no event
 loop); async code and workers use redis.asyncio. Both run the same ops.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -34,7 +36,16 @@ from ..redis.store import (
     redact,
     run_until,
 )
-from .base import RUNNING, Delivery, Enqueue, ScheduledCancel, Settlement
+from .base import (
+    FAST,
+    RELIABLE,
+    RUNNING,
+    Delivery,
+    Enqueue,
+    ScheduledCancel,
+    Settlement,
+    check_modes,
+)
 
 log = logging.getLogger("blitzq.broker")
 
@@ -60,7 +71,10 @@ def _now_ms() -> int:
 
 
 class RedisBroker:
-    mode = "s"
+    """Messages on Redis. Each queue is in one delivery mode: ``mode`` for every queue,
+    or the one ``queue_modes`` names for it ("reliable": streams, leases, at-least-once;
+    "fast": lists, no lease, at-most-once). Producers and workers read the mode of a
+    queue here, so give both the same configuration."""
 
     def __init__(
         self,
@@ -75,7 +89,16 @@ class RedisBroker:
         revoke_ttl: int = REVOKE_TTL,
         events_maxlen: int = EVENTS_MAXLEN,
         event_details: bool = False,
+        mode: str = RELIABLE,
+        queue_modes: dict[str, str] | None = None,
     ) -> None:
+        #: the delivery mode of every queue queue_modes does not name
+        self.mode, self.queue_modes = check_modes(mode, queue_modes)
+        # What a fast delivery is called in the worker (a popped list entry has no id of
+        # its own): unique in this process, and random across processes, so the id of a
+        # malformed message's dead letter ("malformed:<entry>") does not collide.
+        self._fast_ids = itertools.count(1)
+        self._fast_prefix = f"f{os.urandom(4).hex()}-"
         limits.check_all(record_ttl=record_ttl, idempotency_ttl=idempotency_ttl,
                          dead_letter_max=dead_letter_max, revoke_ttl=revoke_ttl,
                          events_maxlen=events_maxlen)
@@ -93,6 +116,15 @@ class RedisBroker:
         self._options = redis_options or {}
         self._sync = SyncStore(sync_client, url) if sync_client is not None else None
         self._async: dict[asyncio.AbstractEventLoop, AsyncStore] = {}
+
+    def mode_of(self, queue: str) -> str:
+        """The delivery mode of ``queue``: "reliable" or "fast"."""
+        return self.queue_modes.get(queue, self.mode)
+
+    def storage_mode(self, queue: str) -> str:
+        """Where ``queue``'s ready messages wait, as the scripts name it: "s" stream
+        (reliable), "l" list (fast)."""
+        return "l" if self.queue_modes.get(queue, self.mode) == FAST else "s"
 
     # -- connections ---------------------------------------------------------
 
@@ -121,11 +153,12 @@ class RedisBroker:
     def _enqueue_op(self, item: Enqueue) -> Op:
         keys = self.keys.queue(item.queue, item.priority)
         if not (item.due_ms or item.record or item.idempotency_key or item.unique_key):
+            mode = self.storage_mode(item.queue)
             if self.events_maxlen:  # the message and its event: one step
                 return ops.enqueue_plain(keys, ((item.payload, item.message_id, item.task),),
                                          events_maxlen=self.events_maxlen, now_ms=_now_ms(),
-                                         mode=self.mode, details=self.event_details)
-            if self.mode == "s":
+                                         mode=mode, details=self.event_details)
+            if mode == "s":
                 return ops.xadd(keys, item.payload)
             return ops.lpush(keys, item.payload)
         return self._script_op(keys, (item,))
@@ -133,11 +166,12 @@ class RedisBroker:
     def _script_op(self, keys: QueueKeys, items: Sequence[Enqueue]) -> Op:
         """One script call writing ``items`` (of the lane ``keys``), each with its event:
         enqueue_plain.lua when none has a delay, key, record or unique key."""
+        mode = self.storage_mode(items[0].queue)
         if self.events_maxlen and not any(i.due_ms or i.record or i.idempotency_key
                                            or i.unique_key for i in items):
             return ops.enqueue_plain(keys, [(i.payload, i.message_id, i.task) for i in items],
                                      events_maxlen=self.events_maxlen, now_ms=_now_ms(),
-                                     mode=self.mode, details=self.event_details)
+                                     mode=mode, details=self.event_details)
         return ops.enqueue(
             keys,
             [(i.payload, i.message_id, i.due_ms, i.record, i.idempotency_key, i.unique_key,
@@ -146,7 +180,7 @@ class RedisBroker:
             idempotency_ttl=self.idempotency_ttl,
             events_maxlen=self.events_maxlen,
             now_ms=_now_ms() if self.events_maxlen else 0,
-            mode=self.mode,
+            mode=mode,
             details=self.event_details,
         )
 
@@ -156,11 +190,11 @@ class RedisBroker:
         lane, every message of it atomic with its event."""
         if not self.events_maxlen:
             return [self._enqueue_op(i) for i in items], [[n] for n in range(len(items))]
-        lanes: dict[QueueKeys, list[int]] = {}
+        lanes: dict[tuple[str, str | None], list[int]] = {}
         for n, item in enumerate(items):
-            lanes.setdefault(self.keys.queue(item.queue, item.priority), []).append(n)
-        return ([self._script_op(keys, [items[n] for n in indexes])
-                 for keys, indexes in lanes.items()], list(lanes.values()))
+            lanes.setdefault((item.queue, item.priority), []).append(n)
+        return ([self._script_op(self.keys.queue(*lane), [items[n] for n in indexes])
+                 for lane, indexes in lanes.items()], list(lanes.values()))
 
     @staticmethod
     def _ids(items: Sequence[Enqueue], plan: list[list[int]], replies: list[Any]) -> list[str]:
@@ -275,17 +309,21 @@ class RedisBroker:
 
     def queue_stats(self, queue: str) -> dict[str, int | None]:
         """Counts of one queue (see QueueStats), in one read-only script call."""
-        return self.sync.run(ops.stats(self.keys.queue(queue), _now_ms()))
+        return self.sync.run(ops.stats(self.keys.queue(queue), _now_ms(),
+                                       self.storage_mode(queue)))
 
     async def aqueue_stats(self, queue: str) -> dict[str, int | None]:
-        return await self.aio.run(ops.stats(self.keys.queue(queue), _now_ms()))
+        return await self.aio.run(ops.stats(self.keys.queue(queue), _now_ms(),
+                                            self.storage_mode(queue)))
 
     def purge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]:
         """Drop ready and scheduled messages (dead letters when asked); see purge.lua."""
-        return self.sync.run(ops.purge(self.keys.queue(queue), force, dead_letters))
+        return self.sync.run(ops.purge(self.keys.queue(queue), force, dead_letters,
+                                       self.storage_mode(queue)))
 
     async def apurge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]:
-        return await self.aio.run(ops.purge(self.keys.queue(queue), force, dead_letters))
+        return await self.aio.run(ops.purge(self.keys.queue(queue), force, dead_letters,
+                                            self.storage_mode(queue)))
 
     def workers(self, now_ms: int) -> list[bytes]:
         """Encoded WorkerInfo of every worker whose entry has not expired."""
@@ -300,7 +338,7 @@ class RedisBroker:
         return ops.dead_letter_ids(self.keys.queue(queue), min_ms, max_ms)
 
     def _dl_replay(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> Op:
-        return ops.replay_dead_letters(self.keys.queue(queue), items, self.mode,
+        return ops.replay_dead_letters(self.keys.queue(queue), items, self.storage_mode(queue),
                                        self.events_maxlen, _now_ms(), self.event_details)
 
 
@@ -411,6 +449,8 @@ class RedisBroker:
 
     async def prepare(self, queues: Sequence[str]) -> None:
         for queue in queues:
+            if self.mode_of(queue) == FAST:
+                continue  # lists: no consumer group
             for lane in self.keys.queue(queue).lanes:
                 try:
                     await self.aio.run(ops.create_group(lane))
@@ -433,18 +473,39 @@ class RedisBroker:
     async def _fetch(self, queues: Sequence[str], consumer: str, count: int,
                      block_ms: int) -> list[Delivery]:
         out: list[Delivery] = []
+        fast = [q for q in queues if self.mode_of(q) == FAST]
         for queue in queues:  # a worker passes one queue: reads may not cross hash tags
             lanes = self.keys.queue(queue).lanes
-            for index, entry_id, payload in await self.aio.run(
-                    ops.fetch(lanes, consumer, count - len(out))):
-                out.append(Delivery(queue, entry_id, payload, 1, lanes[index].priority))
+            if queue in fast:
+                ids, prefix = self._fast_ids, self._fast_prefix
+                for index, _none, payload in await self.aio.run(
+                        ops.fetch(lanes, consumer, count - len(out), "l")):
+                    out.append(Delivery(queue, f"{prefix}{next(ids)}", payload, 1,
+                                        lanes[index].priority))
+            else:
+                for index, entry_id, payload in await self.aio.run(
+                        ops.fetch(lanes, consumer, count - len(out))):
+                    out.append(Delivery(queue, entry_id, payload, 1, lanes[index].priority))
             if len(out) >= count:
                 return out
         if out or not block_ms:
             return out
+        if len(fast) == len(queues):
+            # Fast mode, nothing ready: BRPOP on every lane, highest first; one message,
+            # and the next fetch takes what came with it.
+            by_list = {lane.list: (queue, lane) for queue in queues
+                       for lane in self.keys.queue(queue).lanes}
+            popped = await self.aio.run(ops.pop_blocking(
+                [lane for _queue, lane in by_list.values()], block_ms))
+            if popped is not None:
+                queue, lane = by_list[popped[0]]
+                out.append(Delivery(queue, f"{self._fast_prefix}{next(self._fast_ids)}",
+                                    popped[1], 1, lane.priority))
+            return out
         # Nothing ready: block on every lane, so a lone low message wakes the worker as
-        # soon as a normal one would. COUNT is per stream here: split it.
-        by_stream = {lane.stream: (queue, lane) for queue in queues
+        # soon as a normal one would. COUNT is per stream here: split it. (Given queues
+        # of both modes, only the reliable ones block.)
+        by_stream = {lane.stream: (queue, lane) for queue in queues if queue not in fast
                      for lane in self.keys.queue(queue).lanes}
         lanes = [lane for _queue, lane in by_stream.values()]
         entries = await self.aio.run(ops.read_group(lanes, consumer,
@@ -499,7 +560,8 @@ class RedisBroker:
                                   int(s.notify), s.body, s.due_ms, s.unique_key))
             batch.append(ops.complete(keys, consumer, items, record_ttl=self.record_ttl,
                                       dead_letter_max=self.dead_letter_max, now_ms=now_ms,
-                                      token=token, events_maxlen=events_maxlen))
+                                      token=token, events_maxlen=events_maxlen,
+                                      mode=self.storage_mode(queue)))
         replies = await self.aio.run_many(batch)
         settled = [False] * len(settlements)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
@@ -508,9 +570,14 @@ class RedisBroker:
         return settled
 
     async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Fast queues have no lease: their deliveries are never lost, nothing is sent."""
         by_lane: dict[tuple[str, str | None], dict[str, Delivery]] = defaultdict(dict)
         for d in deliveries:
+            if self.mode_of(d.queue) == FAST:
+                continue
             by_lane[(d.queue, d.priority)][d.entry_id] = d
+        if not by_lane:
+            return []
         lanes = list(by_lane.items())
         batch = [ops.renew(self.keys.queue(q, p), consumer, list(held))
                  for (q, p), held in lanes]
@@ -521,6 +588,8 @@ class RedisBroker:
 
     async def recover(self, queue: str, consumer: str, min_idle_ms: int,
                       count: int) -> tuple[list[Delivery], list[str]]:
+        if self.mode_of(queue) == FAST:
+            return [], []  # nothing stays pending in a list: nothing to recover
         lanes = self.keys.queue(queue).lanes
         now = _now_ms()
         replies = await self.aio.run_many([ops.recover(lane, consumer, min_idle_ms, count,
@@ -535,13 +604,15 @@ class RedisBroker:
 
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         lanes = self.keys.queue(queue).lanes
-        replies = await self.aio.run_many([ops.promote(lane, now_ms, limit, self.mode)
+        mode = self.storage_mode(queue)
+        replies = await self.aio.run_many([ops.promote(lane, now_ms, limit, mode)
                                            for lane in lanes])
         due = [next_due for _moved, next_due in replies if next_due >= 0]
         return sum(moved for moved, _ in replies), min(due, default=-1)
 
     async def retire(self, queues: Sequence[str], consumer: str) -> None:
         await self.aio.run_many([ops.retire(lane, consumer) for q in queues
+                                 if self.mode_of(q) != FAST
                                  for lane in self.keys.queue(q).lanes])
 
     async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int) -> None:
@@ -552,6 +623,8 @@ class RedisBroker:
 
     async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
         """Remove consumers that own nothing and were idle over min_idle_ms: dead workers'."""
+        if self.mode_of(queue) == FAST:
+            return 0  # no consumer group
         lanes = self.keys.queue(queue).lanes
         return sum(await self.aio.run_many([ops.prune(lane, min_idle_ms) for lane in lanes]))
 

@@ -14,6 +14,7 @@ from .retry import RetryPolicy
 from .validate import check, check_expires, priority_lane
 
 DEFAULT_QUEUE = "default"
+EXECUTORS = ("thread", "process")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +39,10 @@ class TaskSpec:
     expires: Any = None  # seconds, timedelta or aware datetime: not started by then, dropped
     priority: str | None = None  # lane: "high" or "low"; None is normal
     unique: bool = False  # while one message of these arguments is unfinished, no second one
+    # Where a `def` task runs: "thread" (the worker's thread pool) or "process" (a pool of
+    # child processes, engine/worker/processes.py, for CPU-bound code). async tasks run on
+    # the loop whatever it says.
+    executor: str = "thread"
 
     @classmethod
     def build(cls, func: Callable[..., Any], **options: Any) -> TaskSpec:
@@ -79,6 +84,12 @@ class TaskSpec:
             options["rate_limit"] = as_rate(options["rate_limit"], f"task {name!r}: rate_limit")
         if options.get("rate_key") is not None:
             check_rate_key(options["rate_key"], f"task {name!r}: rate_key")
+        executor = options.get("executor", "thread")
+        if executor not in EXECUTORS:
+            raise ConfigurationError(f"task {name!r}: executor must be one of "
+                                     f"{', '.join(map(repr, EXECUTORS))}, not {executor!r:.40}")
+        if executor == "process":
+            check_process_function(func, f"task {name!r}: ")
         return cls(
             name=name,
             func=func,
@@ -86,6 +97,27 @@ class TaskSpec:
             is_async=inspect.iscoroutinefunction(func),
             **options,
         )
+
+
+def check_process_function(func: Callable[..., Any], where: str = "") -> None:
+    """Refuse what a child process cannot import by name: executor="process" runs only
+    plain `def` functions defined at the top level of a module."""
+    qualname = getattr(func, "__qualname__", None)
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        problem = "is an async def function (async tasks run on the worker's event loop)"
+    elif not inspect.isfunction(func):
+        problem = f"is a {type(func).__name__}, not a plain function"
+    elif func.__name__ == "<lambda>":
+        problem = "is a lambda"
+    elif not qualname or "<locals>" in qualname or func.__closure__:
+        problem = "is defined inside a function (a closure)"
+    elif "." in qualname or not getattr(func, "__module__", None):
+        problem = "is not defined at the top level of a module"
+    else:
+        return
+    raise ConfigurationError(f"{where}executor='process' needs a `def` function defined at "
+                             f"the top level of an importable module (a child process "
+                             f"imports it by name); {qualname or func!r} {problem}")
 
 
 def _policy_fields(policy: RetryPolicy) -> dict[str, Any]:

@@ -12,7 +12,9 @@ key                                     type      holds
                                                   priority is a lane: its own stream,
                                                   list, schedule and schedule data, with
                                                   ``hi:``/``lo:`` before the suffix)
-``bq:{ns:queue}:l``                     list      messages ready to run (fast mode)
+``bq:{ns:queue}:l``                     list      messages ready to run (fast mode): LPUSH
+                                                  in, RPOP / BRPOP out, RPUSH to requeue
+                                                  one next in line; no group, no lease
 ``bq:{ns:queue}:z``                     zset      scheduled message ids (delayed, ETA, retry
                                                   backoff), scored by due time in ms
 ``bq:{ns:queue}:zd``                    hash      scheduled message id -> encoded message

@@ -13,6 +13,7 @@ import msgpack
 
 from ..core import events
 from ..core.events import Event
+from ..core.message import decode
 from . import scripts
 from .keys import GROUP, Keyspace, QueueKeys
 from .scripts import Script
@@ -143,9 +144,10 @@ def read_group(
     return Op(command=tuple(command), parse=_parse_read)
 
 
-def fetch(lanes: Sequence[QueueKeys], consumer: str, count: int) -> Op:
+def fetch(lanes: Sequence[QueueKeys], consumer: str, count: int, mode: str = "s") -> Op:
     """Up to ``count`` new entries of one queue, highest lane first, without blocking;
-    parsed to [(lane index, entry id, payload)]."""
+    parsed to [(lane index, entry id, payload)]. Fast mode (``mode`` "l"): popped from
+    the lists, parsed to [(lane index, "", payload)] (a list entry has no id)."""
     def parse(reply: Any) -> list[tuple[int, str, bytes | None]]:
         out: list[tuple[int, str, bytes | None]] = []
         for index, entries in reply:
@@ -158,8 +160,28 @@ def fetch(lanes: Sequence[QueueKeys], consumer: str, count: int) -> Op:
                             else entry_id, payload))
         return out
 
+    def parse_popped(reply: Any) -> list[tuple[int, str, bytes | None]]:
+        return [(index - 1, "", payload) for index, popped in reply for payload in popped]
+
+    if mode == "l":
+        return Op(script=scripts.FETCH, keys=tuple(k.list for k in lanes),
+                  args=(GROUP, consumer, count, mode), parse=parse_popped)
     return Op(script=scripts.FETCH, keys=tuple(k.stream for k in lanes),
-              args=(GROUP, consumer, count), parse=parse)
+              args=(GROUP, consumer, count, mode), parse=parse)
+
+
+def pop_blocking(lanes: Sequence[QueueKeys], block_ms: int) -> Op:
+    """Fast mode, nothing ready: BRPOP on every lane's list (the first key first, so the
+    highest lane wins a tie), waiting up to ``block_ms``; parsed to (key, payload) or
+    None."""
+    def parse(reply: Any) -> tuple[str, bytes] | None:
+        if not reply:
+            return None
+        return _text(reply[0]), reply[1]
+
+    # BRPOP's timeout is in seconds (a float since Redis 6); 0 would block forever.
+    return Op(command=("BRPOP", *(k.list for k in lanes), max(block_ms, 1) / 1000),
+              parse=parse)
 
 
 def _parse_read(reply: Any) -> list[tuple[str, str, bytes | None]]:
@@ -201,23 +223,26 @@ def complete(
     now_ms: int,
     token: str,
     events_maxlen: int = 0,
+    mode: str = "s",
 ) -> Op:
     """Settle deliveries: items are (kind, entry id, message id, record, notify, body, due,
     unique key), and with events on also (event kind, task, attempt, duration ms, error
     type, started ms): see complete.lua.
 
     ``token`` names this batch: sent again with the same token, it answers as the first
-    time and changes nothing.
+    time and changes nothing. Fast mode (``mode`` "l"): no ownership check and no ack
+    (the messages were popped from the list); a requeue is an RPUSH.
     """
+    fast = mode == "l"
     return Op(
         script=scripts.COMPLETE,
-        keys=(keys.stream, keys.schedule, keys.schedule_data, keys.dead_letters,
-              keys.dead_letter_data, keys.receipt(token), keys.events),
+        keys=(keys.list if fast else keys.stream, keys.schedule, keys.schedule_data,
+              keys.dead_letters, keys.dead_letter_data, keys.receipt(token), keys.events),
         args=(GROUP, consumer, record_ttl, dead_letter_max, now_ms, keys.record(""),
               # Old-style msgpack (no bin type): Redis's Lua cmsgpack cannot read bin.
               keys.done_channel(""), msgpack.packb(items, use_bin_type=False),
-              *_id_range([item[1] for item in items]), RECEIPT_TTL_S, events_maxlen,
-              keys.unique_marker("")),
+              *(("-", "+") if fast else _id_range([item[1] for item in items])),
+              RECEIPT_TTL_S, events_maxlen, keys.unique_marker(""), mode),
         parse=lambda reply: [bool(r) for r in reply],
     )
 
@@ -393,20 +418,36 @@ def workers(keyspace: Keyspace, now_ms: int) -> Op:
               args=(now_ms, keyspace.worker("")), parse=list)
 
 
-def stats(keys: QueueKeys, now_ms: int) -> Op:
-    """{ready, in_flight, scheduled, dead_letters, consumers, oldest_ready_age_ms}."""
+def stats(keys: QueueKeys, now_ms: int, mode: str = "s") -> Op:
+    """{ready, in_flight, scheduled, dead_letters, consumers, oldest_ready_age_ms}.
+
+    Fast mode (``mode`` "l"): ready is the lists' LLEN, in_flight and consumers 0 (what
+    workers popped is no longer in Redis); the age is read off the oldest message of
+    each lane."""
     def parse(reply: Any) -> dict[str, int | None]:
-        ready, in_flight, scheduled, dead, consumers, age = (int(x) for x in reply)
+        ready, in_flight, scheduled, dead, consumers, age = (int(x) for x in reply[:6])
+        if len(reply) > 6:
+            created = [c for c in map(_created_ms, reply[6]) if c is not None]
+            age = max(0, now_ms - min(created)) if created else -1
         return {"ready": ready, "in_flight": in_flight, "scheduled": scheduled,
                 "dead_letters": dead, "consumers": consumers,
                 "oldest_ready_age_ms": age if age >= 0 else None}
 
-    lanes = [key for lane in keys.lanes for key in (lane.stream, lane.schedule)]
+    lanes = [key for lane in keys.lanes
+             for key in (lane.list if mode == "l" else lane.stream, lane.schedule)]
     return Op(script=scripts.STATS, keys=(keys.dead_letters, *lanes),
-              args=(GROUP, now_ms), parse=parse)
+              args=(GROUP, now_ms, mode), parse=parse)
 
 
-def purge(keys: QueueKeys, force: bool, dead_letters: bool) -> Op:
+def _created_ms(payload: bytes) -> int | None:
+    """The creation time of an encoded message, None if it cannot be read."""
+    try:
+        return decode(payload).created_ms
+    except Exception:  # noqa: BLE001 - a malformed message has no age; stats still answer
+        return None
+
+
+def purge(keys: QueueKeys, force: bool, dead_letters: bool, mode: str = "s") -> Op:
     """{ready, scheduled, dead_letters, in_flight}; ready is -1 when refused (in flight),
     -2 when the queue has no key at all."""
     def parse(reply: Any) -> dict[str, int]:
@@ -415,9 +456,10 @@ def purge(keys: QueueKeys, force: bool, dead_letters: bool) -> Op:
                 "in_flight": in_flight}
 
     lanes = [key for lane in keys.lanes
-             for key in (lane.stream, lane.schedule, lane.schedule_data)]
+             for key in (lane.list if mode == "l" else lane.stream, lane.schedule,
+                         lane.schedule_data)]
     return Op(script=scripts.PURGE, keys=(keys.dead_letters, keys.dead_letter_data, *lanes),
-              args=(GROUP, int(force), int(dead_letters)), parse=parse)
+              args=(GROUP, int(force), int(dead_letters), mode), parse=parse)
 
 
 # -- events ------------------------------------------------------------------------

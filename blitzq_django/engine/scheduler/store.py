@@ -37,7 +37,8 @@ class RedisPeriodicStore:
                     occurrences: Sequence[Occurrence], info: bytes) -> tuple[int, int]:
         op = periodic_ops.claim(self.keys.queue(queue, priority), name, through_ms, occurrences,
                                 info=info, record_ttl=self.broker.record_ttl,
-                                events_maxlen=self.broker.events_maxlen, mode=self.broker.mode)
+                                events_maxlen=self.broker.events_maxlen,
+                                mode=self.broker.storage_mode(queue))
         return await self.broker.aio.run(op)
 
     def read(self, queue: str, names: Sequence[str]

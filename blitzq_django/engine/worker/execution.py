@@ -1,7 +1,7 @@
 """Execution: run attempts in the slots, and turn each into its settlement.
 
 `async def` tasks run on the event loop (started eagerly on 3.12+), `def` tasks on
-a bounded thread pool. Whatever an attempt does, ``_conclude`` hands exactly one
+the worker's task threads (threads.py). Whatever an attempt does, ``_conclude`` hands exactly one
 settlement over and gives the slot back (in a ``finally``): an outcome that
 cannot be built becomes a dead letter made of safe strings.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,8 @@ if sys.version_info >= (3, 12):
         # Eager: a task that never awaits anything finishes without a loop round trip.
         return asyncio.Task(coro, loop=asyncio.get_running_loop(), eager_start=True)
 else:
+    # (No eager start here: a first step outside any task would break asyncio.timeout()
+    # and current_task() in task code.)
     def _start_task(coro: Any) -> asyncio.Task[Any]:
         return asyncio.get_running_loop().create_task(coro)
 
@@ -58,8 +59,7 @@ class Executor:
         self._start_events = worker.policy.start_with_outcome
         self._flusher = worker.flusher
         self._revoked = worker.revocations.ids  # one set for the worker's life
-        self._threads_running = 0  # counted in the threads: no loop runs after shutdown
-        self._threads_lock = threading.Lock()
+        self._threads = worker.threads
         self._progress: ProgressReporter | None = None
 
     def _reporter(self) -> ProgressReporter:
@@ -72,7 +72,7 @@ class Executor:
 
     @property
     def threads_running(self) -> int:
-        return self._threads_running
+        return self._threads.running
 
     # -- slots -----------------------------------------------------------------
 
@@ -140,6 +140,8 @@ class Executor:
             runner = _start_task(self._run_async(held, context, timeout))
             if not runner.done():  # an eager runner that never suspended is already settled
                 held.runner = runner
+        elif spec.executor == "process":  # a child process (processes.py)
+            self._worker.processes.run(held, context, timeout, self._conclude)
         else:
             self._run_thread(held, context, timeout)
 
@@ -160,17 +162,20 @@ class Executor:
                 if deadline.expired() or time.monotonic() - began > timeout:
                     # It swallowed the cancellation, or blocked the loop past the deadline.
                     raise TimeoutError(f"task exceeded its timeout of {timeout} s")
-        except asyncio.CancelledError:
-            if not held.cancelled:
-                if not self._worker.stopping:
-                    raise
+        except asyncio.CancelledError as exc:
+            if held.cancelled:
+                # Revoked by cancel() while it ran (revocations.py): recorded cancelled,
+                # never requeued, even when a shutdown cancels it too.
+                error = _REVOKED
+            elif self._worker.stopping:
                 # Cancelled by a shutdown past its deadline: back on the queue for another
                 # worker.
                 self._conclude_requeued(held)
                 return
-            # Revoked by cancel() while it ran (revocations.py): recorded cancelled, never
-            # requeued, even when a shutdown cancels it too.
-            error = _REVOKED
+            else:
+                # Raised by the task's own code (an awaited future was cancelled), not by
+                # the worker: it fails the attempt like any error, and the slot comes back.
+                error = exc
         except BaseException as exc:  # SystemExit from task code fails the attempt, not the worker
             error = exc
         finally:
@@ -184,37 +189,31 @@ class Executor:
     def _run_thread(self, held: Held, context: Callable[[], TaskContext],
                     timeout: float | None) -> None:
         message, spec = held.message, held.spec
-        times = [0, 0.0]  # started ms, and monotonic start: set in the thread, when it runs
         hooks = self._hooks
-        lock = self._threads_lock
-        with lock:
-            self._threads_running += 1
 
         def call() -> Any:
+            held.started_ms = now_ms()
+            token = _current.set(context)
             try:
-                times[0], times[1] = now_ms(), time.monotonic()
-                held.started_ms = times[0]
-                token = _current.set(context)
+                if not hooks:
+                    return spec.func(*message.args, **message.kwargs)
+                for hook in hooks:
+                    hook()
                 try:
-                    for hook in hooks:
-                        hook()
                     return spec.func(*message.args, **message.kwargs)
                 finally:
                     for hook in hooks:
                         hook()
-                    _current.reset(token)
             finally:
-                with lock:
-                    self._threads_running -= 1
+                _current.reset(token)
 
-        def done(future: Any) -> None:
-            error = future.exception()
-            if timeout and times[1] and time.monotonic() - times[1] > timeout:
+        def conclude(error: BaseException | None, value: Any, took: float) -> None:
+            if timeout and took > timeout:
                 # The thread kept its slot until it returned; the attempt still failed.
-                error = TimeoutError(f"task exceeded its timeout of {timeout} s")
-            self._conclude(held, error, None if error else future.result(), times[0] or now_ms())
+                error, value = TimeoutError(f"task exceeded its timeout of {timeout} s"), None
+            self._conclude(held, error, value, held.started_ms or now_ms())
 
-        asyncio.get_running_loop().run_in_executor(self._pool, call).add_done_callback(done)
+        self._threads.submit(call, conclude)
 
     def interrupt(self, held: Held) -> bool:
         """Cancel the running ``async def`` attempt of ``held``, revoked by cancel() (the

@@ -38,9 +38,11 @@ from .inflight import PREFETCHED, Held, InFlight
 from .inflight import RUNNING as EXECUTING
 from .leases import LeaseKeeper
 from .listeners import Listener, Notifier, ObservedExecutor
+from .processes import DEFAULT_MAX_TASKS_PER_CHILD, ProcessPool
 from .promotion import promote_all_due, promote_loop
 from .ratelimit import RateGate
 from .revocations import Revocations
+from .threads import TaskThreads
 
 log = logging.getLogger("blitzq.worker")
 
@@ -84,6 +86,11 @@ class Worker:
         on_failure: Sequence[Callable[[Any], Any]] = (),
         on_dead_letter: Sequence[Callable[[Any], Any]] = (),
         listeners: Sequence[Listener] = (),
+        processes: int | None = None,
+        max_tasks_per_child: int = DEFAULT_MAX_TASKS_PER_CHILD,
+        process_initializer: Callable[..., Any] | None = None,
+        process_initargs: tuple[Any, ...] = (),
+        process_around_call: Callable[[], Any] | None = None,
         **options: Any,
     ) -> None:
         self.client = client
@@ -102,6 +109,14 @@ class Worker:
         #: observers of each attempt's start and each settlement (listeners.py); none: the
         #: plain executor and settlement callback run, at no cost
         self.listeners = tuple(listeners)
+        #: the children of executor="process" tasks (processes.py): ``processes`` of them
+        #: (None: one per CPU), started on the first such task. The initializer runs once
+        #: in each child, ``process_around_call`` before and after each call there; both
+        #: must be importable module-level functions.
+        self.processes = ProcessPool(processes, max_tasks_per_child=max_tasks_per_child,
+                                     initializer=process_initializer,
+                                     initargs=process_initargs,
+                                     around_call=process_around_call)
         self.notifier: Notifier | None = None
         self.stats = Stats()
         self.policy = outcome.Policy(client.store_results, client.track_state, self.name,
@@ -123,6 +138,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         # Built in run(): they belong to its loop.
         self.pool: ThreadPoolExecutor
+        self.threads: TaskThreads
         self.flusher: Flusher
         self.executor: Executor
         self.intake: Intake
@@ -141,6 +157,7 @@ class Worker:
         """
         self._loop = asyncio.get_running_loop()
         self.pool = ThreadPoolExecutor(self.config.thread_count, thread_name_prefix="blitzq")
+        self.threads = TaskThreads(self.config.thread_count, self._loop)  # `def` attempts
         on_settled = self._settled
         if self.listeners:
             self.notifier = Notifier(self, self.listeners, self.pool)
@@ -221,8 +238,11 @@ class Worker:
                 await self.broker.retire(self.queues, self.name)
             with contextlib.suppress(Exception):
                 await self.broker.leave(self.name)
+        if self.processes.started:  # idle children exit; busy ones were requeued: killed
+            await asyncio.get_running_loop().run_in_executor(None, self.processes.shutdown)
         # Threads still running were requeued by _drain; do not wait for them here.
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.threads.shutdown()
         if close_broker:
             with contextlib.suppress(Exception):
                 await self.broker.aclose()

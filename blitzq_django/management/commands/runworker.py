@@ -14,10 +14,10 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections
 
 from ... import conf, periodic, reloading
 from ...companions import Running
+from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
 from ...signals import django_tasks_queues, worker_listeners
@@ -108,8 +108,8 @@ class Command(BaseCommand):
             return
         # A listener only when a blitzq signal has a receiver now, or a django.tasks
         # backend of BlitzQ is configured (signals.py): else nothing is paid per message.
-        worker = Worker(client, config, around_sync_call=[close_old_connections],
-                        listeners=worker_listeners())
+        worker = Worker(client, config, around_sync_call=[close_old_connections_if_opened],
+                        listeners=worker_listeners(), **conf.process_pool_options(merged))
         # The history writer and the outbox relay run beside the worker, in threads.
         companions = Running().start(merged)
         # --with-scheduler: the periodic tasks too, on a thread (the worker promotes).

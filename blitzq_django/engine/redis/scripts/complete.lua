@@ -6,6 +6,10 @@
 --   retry   -> next attempt on the schedule (+ record)
 --   dead    -> dead letter (+ record + notification)
 --   requeue -> back on the stream at once (graceful shutdown)
+-- Fast mode (ARGV[14] "l": the queue's lane is a list, its messages were popped): no
+-- ownership and no ack, since a popped message is the worker's alone; a requeue is an
+-- RPUSH, so the message is next in line. Records, retries, dead letters, events,
+-- unique markers and notifications are written exactly as in reliable mode.
 -- An item whose entry this consumer no longer owns (lease lost and recovered by
 -- another worker) changes nothing: a stale worker cannot ack another's delivery.
 -- With events on, each settled item appends its events (core/events.py) in the same
@@ -27,7 +31,7 @@
 --     end
 --   end
 --
--- KEYS[1] stream  KEYS[2] schedule  KEYS[3] schedule data  KEYS[4] dead letters
+-- KEYS[1] stream (fast mode: list)  KEYS[2] schedule  KEYS[3] schedule data  KEYS[4] dead letters
 -- KEYS[5] dead letter data  KEYS[6] this batch's receipt  KEYS[7] events stream
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] record ttl s  ARGV[4] dead_letter_max
 -- ARGV[5] now ms  ARGV[6] record key prefix  ARGV[7] notification channel prefix
@@ -43,6 +47,8 @@
 -- ARGV[9] lowest and ARGV[10] highest entry id of the batch
 -- ARGV[11] seconds the receipt is kept  ARGV[12] events maxlen (0: no events)
 -- ARGV[13] unique marker prefix (the unique key follows; this slot's hash tag)
+-- ARGV[14] mode: "s" stream (reliable) | "l" list (fast); entry ids of a fast batch are
+-- the worker's own names of its deliveries, and ARGV[9], ARGV[10] are unused
 -- Ownership is read once per batch (the consumer's pending entries in that id range)
 -- and acks and deletes go in one XACK and one XDEL: per-message commands were the
 -- settle script's main cost.
@@ -76,10 +82,15 @@ local appended = 0
 -- pcall: with no group (Redis restarted empty) nothing is owned, and the batch
 -- must still be answered, or the worker would retry it forever.
 local owned = {}
-local ok, pending = pcall(redis.call, "XPENDING", KEYS[1], group, ARGV[9], ARGV[10],
-                          1000000, consumer)
-if ok then
-  for _, p in ipairs(pending) do owned[p[1]] = true end
+local fast = ARGV[14] == "l"
+if fast then
+  for _, item in ipairs(items) do owned[item[2]] = true end
+else
+  local ok, pending = pcall(redis.call, "XPENDING", KEYS[1], group, ARGV[9], ARGV[10],
+                            1000000, consumer)
+  if ok then
+    for _, p in ipairs(pending) do owned[p[1]] = true end
+  end
 end
 local replies, acks = {}, {}
 for i, item in ipairs(items) do
@@ -103,7 +114,11 @@ for i, item in ipairs(items) do
       redis.call("ZADD", KEYS[2], due, id)
       redis.call("HSET", KEYS[3], id, body)
     elseif kind == "requeue" then
-      redis.call("XADD", KEYS[1], "*", "m", body)
+      if fast then
+        redis.call("RPUSH", KEYS[1], body)
+      else
+        redis.call("XADD", KEYS[1], "*", "m", body)
+      end
     elseif kind == "dead" then
       -- scored by the dead letter's own time (due), so lists and age filters match it
       if due == 0 then due = now end
@@ -137,10 +152,12 @@ for i, item in ipairs(items) do
     replies[i] = 1
   end
 end
-each_chunk(acks, function(...)
-  redis.call("XACK", KEYS[1], group, ...)
-  redis.call("XDEL", KEYS[1], ...)
-end)
+if not fast then
+  each_chunk(acks, function(...)
+    redis.call("XACK", KEYS[1], group, ...)
+    redis.call("XDEL", KEYS[1], ...)
+  end)
+end
 if appended > 0 then
   redis.call("XTRIM", KEYS[7], "MAXLEN", "~", maxlen)
 end

@@ -3,9 +3,13 @@
 -- touched: they finish and settle as usual. Without force, a queue with messages
 -- in flight is refused, since a worker may be about to put a retry on the schedule.
 --
+-- Fast mode: the lanes are lists; popped messages are not in Redis, so nothing is in
+-- flight here and purge never refuses.
+--
 -- KEYS[1] dead letters zset  KEYS[2] dead letter data hash, then per lane:
---   stream, schedule zset, schedule data hash
+--   stream (fast mode: list), schedule zset, schedule data hash
 -- ARGV[1] group  ARGV[2] force 0|1  ARGV[3] dead letters too 0|1
+-- ARGV[4] mode: "s" stream | "l" list
 -- Reply: {ready removed, scheduled removed, dead letters removed, in flight}, or
 -- {-1, 0, 0, in flight} when refused, or {-2, 0, 0, 0} when the queue has no key.
 local exists = redis.call("EXISTS", KEYS[1])
@@ -31,7 +35,12 @@ if in_flight > 0 and ARGV[2] ~= "1" then return {-1, 0, 0, in_flight} end
 local ready, scheduled = 0, 0
 for k = 3, #KEYS, 3 do
   local last = lasts[k]
-  while true do
+  if ARGV[4] == "l" then
+    ready = ready + redis.call("LLEN", KEYS[k])
+    redis.call("DEL", KEYS[k])
+    last = nil
+  end
+  while last do
     local entries = redis.call("XRANGE", KEYS[k], "(" .. last, "+", "COUNT", 1000)
     if #entries == 0 then break end
     local ids = {}
