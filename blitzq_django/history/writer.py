@@ -33,7 +33,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from redis.exceptions import RedisError
 
 from ..engine import Client
@@ -104,18 +110,25 @@ class Stats:
     skipped: int = 0
 
 
-def _row(record: Any) -> Row:
+#: The stored fields a batch folds its events into (read as values: no model instances).
+_STORED = ("task_id", "queue", "task_name", "state", "attempt", "args", "kwargs",
+           "idempotency_key", "result", "error_type", "error_message", "traceback",
+           "created_at", "started_at", "finished_at", "worker", "timeline", "last_event")
+
+
+def _row(stored: dict[str, Any]) -> Row:
     def ms(value: Any) -> int | None:
         return int(value.timestamp() * 1000) if value is not None else None
 
-    return Row(task_id=record.task_id, queue=record.queue, task_name=record.task_name,
-               state=record.state, attempt=record.attempt, args=record.args,
-               kwargs=record.kwargs, idempotency_key=record.idempotency_key,
-               result=record.result, error_type=record.error_type,
-               error_message=record.error_message, traceback=record.traceback,
-               created_ms=ms(record.created_at), started_ms=ms(record.started_at),
-               finished_ms=ms(record.finished_at), worker=record.worker,
-               timeline=list(record.timeline or []), last_event=record.last_event)
+    return Row(task_id=stored["task_id"], queue=stored["queue"],
+               task_name=stored["task_name"], state=stored["state"],
+               attempt=stored["attempt"], args=stored["args"], kwargs=stored["kwargs"],
+               idempotency_key=stored["idempotency_key"], result=stored["result"],
+               error_type=stored["error_type"], error_message=stored["error_message"],
+               traceback=stored["traceback"], created_ms=ms(stored["created_at"]),
+               started_ms=ms(stored["started_at"]), finished_ms=ms(stored["finished_at"]),
+               worker=stored["worker"], timeline=list(stored["timeline"] or []),
+               last_event=stored["last_event"])
 
 
 def _model(row: Row) -> Any:
@@ -203,11 +216,13 @@ def _sqlite_upsert(connection: Any, rows: Sequence[Row]) -> None:
     updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in FIELDS)
     placeholders = ", ".join(["%s"] * len(names))
     dumps = json.dumps
-    # The field's own preparation: aware or naive by USE_TZ, then the backend's format.
+    # The field's own preparation: aware or naive by USE_TZ, then the backend's format
+    # (given the connection itself: the proxy looks it up again on every access).
     prepare = TaskRecord._meta.get_field("created_at").get_db_prep_save
+    wrapper = connections[DEFAULT_DB_ALIAS]
 
     def when(value: Any) -> Any:
-        return prepare(value, connection)
+        return prepare(value, wrapper)
 
     aware = merge.aware
     now = when(timezone.now())
@@ -324,7 +339,8 @@ class HistoryWriter:
         ids = [i for i, e in first.items() if len(i) <= merge.MAX_TASK_ID and not (
             e.kind == ev.ENQUEUED or (e.kind == ev.SCHEDULED and e.attempt is None))]
         with transaction.atomic():
-            stored = ({r.task_id: _row(r) for r in TaskRecord.objects.filter(task_id__in=ids)}
+            stored = ({r["task_id"]: _row(r) for r in
+                       TaskRecord.objects.filter(task_id__in=ids).values(*_STORED)}
                       if ids else {})
             changed, skipped = merge.fold(stored, events,
                                           failures_only=self.mode == "failures",
