@@ -74,6 +74,11 @@ def started(enqueued_at: float) -> None:
         _lat.append(delay)
 
 
+def note(name: str, value: object) -> None:
+    """A one-off figure for the harness (e.g. modules imported): SET bench:note:NAME now."""
+    redis.Redis.from_url(ACCT_URL).set(f"bench:note:{name}", str(value))
+
+
 def noop_sync(t: float = 0.0) -> None:
     tick()
 

@@ -10,6 +10,11 @@ Adapter interface (module ``bench.systems.<name>``):
   run_worker() -> None              run ONE worker process until SIGTERM
   results_modes() -> {True: note|None, False: note|None}  None = mode not supported
   settings(workload) -> str         worker settings used, for the doc
+  KIND: "def" | "async"             the kind of task bodies its worker runs (default "async")
+  SCALES: bool                      the worker takes BENCH_PROCESSES (scale1/2/4 workloads)
+  WEIGHT: bool                      the startup/modules workload applies (blitzq-django)
+
+A system's module is its name with "-" read as "_" (blitzq-django: blitzq_django.py).
 
 Roles print one JSON line on stdout.
 """
@@ -24,7 +29,7 @@ import time
 
 
 def _load(system: str):
-    return importlib.import_module(f"bench.systems.{system}")
+    return importlib.import_module(f"bench.systems.{system.replace('-', '_')}")
 
 
 async def _maybe(value):
@@ -123,6 +128,8 @@ def main(argv: list[str]) -> None:
     if role == "info":
         out = {"version": mod.VERSION, "bulk": mod.BULK_NOTE, "conc": mod.CONC,
                "results": {str(k): v for k, v in mod.results_modes().items()},
+               "kind": getattr(mod, "KIND", "async"), "scales": getattr(mod, "SCALES", False),
+               "weight": getattr(mod, "WEIGHT", False),
                "settings": {w: mod.settings(w) for w in ("dispatch", "io", "latency")}}
     elif role == "enqueue-single":
         n = int(rest[0])

@@ -13,6 +13,7 @@ from .. import common as c
 
 VERSION = version("arq")
 ASYNC = True
+KIND = "async"
 BULK_NOTE = "none (enqueue_job only)"
 CONC = {"dispatch": 100, "io": 100, "latency": 100}
 SETTINGS = RedisSettings.from_dsn(c.URL)

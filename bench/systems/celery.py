@@ -10,6 +10,7 @@ from .. import common as c
 
 VERSION = version("celery")
 ASYNC = False
+KIND = "def"  # task bodies are `def` functions, run by its sync pool
 BULK_NOTE = "none (group().apply_async() still publishes one message per task)"
 CONC = {"dispatch": 1, "io": 100, "latency": 1}
 
@@ -53,9 +54,13 @@ def _pool(workload: str) -> str:
 
 
 def run_worker() -> None:
+    import os
+
     pool = _pool(c.WORKLOAD)
+    # BENCH_CELERY_CONC: the pilot of other pools (prefork -c 2, threads -c 8) for no-op tasks.
+    conc = os.environ.get("BENCH_CELERY_CONC") or c.CONCURRENCY
     app.worker_main(["worker", "--loglevel=WARNING", f"--pool={pool}",
-                     f"--concurrency={c.CONCURRENCY}", "-Q", c.QUEUE, "--without-gossip",
+                     f"--concurrency={conc}", "-Q", c.QUEUE, "--without-gossip",
                      "--without-mingle", "--without-heartbeat"])
 
 

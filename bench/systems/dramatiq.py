@@ -13,6 +13,7 @@ from .. import common as c
 
 VERSION = version("dramatiq")
 ASYNC = False
+KIND = "def"  # task bodies are `def` functions, run by its sync pool
 BULK_NOTE = "none (group() enqueues one message at a time)"
 CONC = {"dispatch": 8, "io": 100, "latency": 8}
 

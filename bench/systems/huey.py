@@ -10,6 +10,7 @@ from .. import common as c
 
 VERSION = version("huey")
 ASYNC = False
+KIND = "def"  # task bodies are `def` functions, run by its sync pool
 BULK_NOTE = "none (each task call enqueues one message)"
 CONC = {"dispatch": 8, "io": 100, "latency": 8}
 

@@ -12,6 +12,7 @@ from .. import common as c
 
 VERSION = version("rq")
 ASYNC = False
+KIND = "def"  # task bodies are `def` functions, run by its sync pool
 BULK_NOTE = "Queue.enqueue_many (one pipeline)"
 CONC = {"dispatch": 1, "io": 1, "latency": 1}
 FUNCS = {"noop": c.noop_sync, "sleep": c.sleep_sync, "lat": c.lat_sync}

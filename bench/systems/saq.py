@@ -11,6 +11,7 @@ from .. import common as c
 
 VERSION = version("saq")
 ASYNC = True
+KIND = "async"
 BULK_NOTE = "none (Queue.map enqueues and then waits for every result)"
 CONC = {"dispatch": 100, "io": 100, "latency": 100}
 TTL = 600 if c.RESULTS else -1  # -1: job info not kept after it finishes

@@ -11,6 +11,7 @@ from .. import common as c
 
 VERSION = version("streaq")
 ASYNC = True
+KIND = "async"
 BULK_NOTE = "worker.enqueue_many (one pipeline)"
 CONC = {"dispatch": 100, "io": 100, "latency": 100}
 TTL = 600 if c.RESULTS else 0  # 0: no result stored

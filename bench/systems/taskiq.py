@@ -12,6 +12,7 @@ from .. import common as c
 
 VERSION = f"{version('taskiq')} (taskiq-redis {version('taskiq-redis')})"
 ASYNC = True
+KIND = "async"
 BULK_NOTE = "none (kiq() sends one message)"
 CONC = {"dispatch": 100, "io": 100, "latency": 100}
 

@@ -1,0 +1,1 @@
+"""A minimal Django project for bench/run.py's blitzq-django rows (settings.py, benchapp)."""
