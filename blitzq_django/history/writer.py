@@ -226,9 +226,17 @@ def _sqlite_upsert(connection: Any, rows: Sequence[Row]) -> None:
 
     aware = merge.aware
     now = when(timezone.now())
+    # Times of one batch repeat (tasks that start and end in the same millisecond):
+    # each is prepared once.
+    prepared: dict[int, Any] = {}
 
     def at(ms: int | None) -> Any:
-        return None if ms is None else when(aware(ms))
+        if ms is None:
+            return None
+        value = prepared.get(ms)
+        if value is None:
+            value = prepared[ms] = when(aware(ms))
+        return value
 
     with connection.cursor() as cursor:
         cursor.executemany(
