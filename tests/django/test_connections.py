@@ -10,9 +10,11 @@ request threads, and a connection broken by a task is not handed to the next one
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection, connections
 
 from blitzq_django import db_connections
@@ -22,6 +24,19 @@ from tests.django.conftest import running_worker
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _conn_max_age_restored() -> Iterator[None]:
+    """These tests set CONN_MAX_AGE in place (the connections read that very dict, so
+    replacing DATABASES would not reach them): put it back for the tests after them."""
+    default = django_settings.DATABASES["default"]
+    had, before = "CONN_MAX_AGE" in default, default.get("CONN_MAX_AGE")
+    yield
+    if had:
+        default["CONN_MAX_AGE"] = before
+    else:
+        default.pop("CONN_MAX_AGE", None)
 
 
 def test_a_def_task_connection_is_closed_after_it_with_conn_max_age_0(
