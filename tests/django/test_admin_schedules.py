@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from django.contrib.auth.models import Permission, User
 from django.db import connection, transaction
 from django.test import Client as DjangoClient
@@ -26,6 +25,7 @@ from blitzq_django.engine.core.schedules import Cron, Every
 from blitzq_django.engine.scheduler import infos
 from blitzq_django.models import PeriodicSchedule
 from testproject.shop import tasks
+from tests.support.published import Published
 from tests.support.waiting import wait_until
 
 from .conftest import running_worker
@@ -86,28 +86,11 @@ def row(**changes: Any) -> PeriodicSchedule:
     return PeriodicSchedule.objects.create(**values)
 
 
-class Published:
-    """Counts the "schedules changed" publishes (what running schedulers listen to)."""
-
-    def __init__(self, client: Client, redis_url: str) -> None:
-        self.plain = redis.Redis.from_url(redis_url)
-        self.pubsub = self.plain.pubsub(ignore_subscribe_messages=True)
-        self.pubsub.subscribe(client.broker.keys.schedules_channel)  # type: ignore[attr-defined]
-        self.count = 0
-
-    def drain(self) -> int:
-        while self.pubsub.get_message(timeout=0.01) is not None:
-            self.count += 1
-        return self.count
-
-    def close(self) -> None:
-        self.pubsub.close()
-        self.plain.close()
-
-
 @pytest.fixture
 def published(blitzq_redis: Client, redis_url: str) -> Iterator[Published]:
-    watcher = Published(blitzq_redis, redis_url)
+    # The "schedules changed" publishes (what running schedulers listen to).
+    watcher = Published(redis_url,
+                        channel=blitzq_redis.broker.keys.schedules_channel)  # type: ignore[attr-defined]
     yield watcher
     watcher.close()
 

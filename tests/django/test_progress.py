@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client as DjangoClient
@@ -18,6 +17,7 @@ from blitzq_django.engine import Client
 from blitzq_django.engine.progress import MIN_INTERVAL_S, Progress
 from blitzq_django.live.routing import websocket_application
 from testproject.shop.tasks import export_orders, export_orders_async, noop
+from tests.support.published import Published
 from tests.support.waiting import wait_until
 
 from .conftest import running_worker
@@ -33,30 +33,11 @@ def users() -> dict[str, Any]:
             "staff": model.objects.create_user("staff", password="pw", is_staff=True)}
 
 
-class Published:
-    """Counts what is published on the progress channels of one namespace."""
-
-    def __init__(self, redis_url: str, client: Client) -> None:
-        self.plain = redis.Redis.from_url(redis_url)
-        self.pubsub = self.plain.pubsub(ignore_subscribe_messages=True)
-        tag = client.broker.keys.queue("default").tag  # type: ignore[attr-defined]
-        self.pubsub.psubscribe(f"{tag}:pg:*")
-        self.pubsub.get_message(timeout=1)  # the subscription's confirmation
-        self.count = 0
-
-    def drain(self) -> int:
-        while self.pubsub.get_message(timeout=0.01) is not None:
-            self.count += 1
-        return self.count
-
-    def close(self) -> None:
-        self.pubsub.close()
-        self.plain.close()
-
-
 @pytest.fixture
 def published(redis_url: str, blitzq_redis: Client) -> Iterator[Published]:
-    found = Published(redis_url, blitzq_redis)
+    tag = blitzq_redis.broker.keys.queue("default").tag  # type: ignore[attr-defined]
+    # What is published on the progress channels of this namespace.
+    found = Published(redis_url, pattern=f"{tag}:pg:*")
     yield found
     found.close()
 
