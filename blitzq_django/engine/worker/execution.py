@@ -13,7 +13,6 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..context import TaskContext, _current
@@ -47,11 +46,10 @@ _REVOKED = asyncio.CancelledError("revoked")
 
 
 class Executor:
-    def __init__(self, worker: Worker, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, worker: Worker) -> None:
         self._worker = worker
         self._inflight = worker.inflight
         self._policy = worker.policy
-        self._pool = pool
         self._hooks = worker.around_sync_call
         self._name = worker.name
         self._lease_s = worker.config.visibility_timeout

@@ -238,8 +238,8 @@ class ObservedExecutor(Executor):
     its value or error for its settlement. (A worker without listeners runs the plain
     Executor: not one instruction of this is on its path.)"""
 
-    def __init__(self, worker: Worker, pool: ThreadPoolExecutor, notifier: Notifier) -> None:
-        super().__init__(worker, pool)
+    def __init__(self, worker: Worker, notifier: Notifier) -> None:
+        super().__init__(worker)
         self._notifier = notifier
 
     def _launch(self, held: Held) -> None:

@@ -165,8 +165,8 @@ class Worker:
         self.flusher = Flusher(self.broker, self.name, on_settled, self._fallback,
                                self._unwritten_starts if self._start_with_outcome else None)
         self.revocations = Revocations(self)  # before the parts that read its set
-        self.executor = (Executor(self, self.pool) if self.notifier is None
-                         else ObservedExecutor(self, self.pool, self.notifier))
+        self.executor = (Executor(self) if self.notifier is None
+                         else ObservedExecutor(self, self.notifier))
         self.gate = RateGate(self)  # admission of rate-limited tasks (ratelimit.py)
         self.intake = Intake(self)
         self.leases = LeaseKeeper(self)
