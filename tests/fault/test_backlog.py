@@ -42,6 +42,8 @@ RECOVERY = VT / 2  # default recovery_interval
 ORPHAN_BOUND = VT + RECOVERY + 1.0  # SIGKILL -> the orphan starts again elsewhere
 # An orphan that was itself a redelivery: recover.lua claims one such entry per call.
 REDELIVERED_BOUND = 2 * ORPHAN_BOUND
+# A log line's time is taken after the claim it reports: this much later still counts.
+LOG_SLACK_S = 0.5
 # A finished run's settlement is written within a round trip or so (group commit): a
 # run that ended longer than this before its worker was killed or paused was settled,
 # so a duplicate of it is not explained by that fault.
@@ -283,7 +285,35 @@ def classify(dup: Run, earlier: list[Run], faults: Faults, logs: dict[int, str])
     return "unexplained"
 
 
-def orphan_delays(lines: list[Line], faults: Faults, end: float) -> dict[str, Any]:
+def recovery_times(log: str) -> list[float]:
+    """Wall-clock times of a worker's ``recovered`` log lines (its claims of orphans)."""
+    import datetime
+
+    out = []
+    for line in log.splitlines():
+        if "recovered " in line:
+            try:
+                out.append(datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                           .timestamp())
+            except ValueError:
+                continue
+    return out
+
+
+def claimed_then_paused(kill: FaultEvent, faults: Faults, recovered: dict[int, list[float]]
+                        ) -> float | None:
+    """When a worker that claimed orphans after ``kill`` was SIGSTOPped before it could
+    start them (they stay its own until that claim's lease runs out): the SIGSTOP's time,
+    else None."""
+    for pid, stopped, _resumed in faults.pauses():
+        if kill.t < stopped <= kill.t + ORPHAN_BOUND and any(
+                kill.t < at <= stopped + LOG_SLACK_S for at in recovered.get(pid, ())):
+            return stopped
+    return None
+
+
+def orphan_delays(lines: list[Line], faults: Faults, end: float,
+                  logs: dict[int, str]) -> dict[str, Any]:
     """For every SIGKILL: each message the killed pid started and never finished, and how
     long until it started again in another pid."""
     by_key: dict[tuple[str, int], list[Line]] = defaultdict(list)
@@ -292,6 +322,9 @@ def orphan_delays(lines: list[Line], faults: Faults, end: float) -> dict[str, An
     holes = faults.unavailable(end)
     measured: list[tuple[float, str, int, int]] = []  # (delay, id, killed pid, dc)
     redelivered: list[tuple[float, str, int, int]] = []  # the same, killed at delivery >= 2
+    # (delay, id, killed pid, its bound): perhaps claimed by a worker paused right after
+    paused_claims: list[tuple[float, str, int, float]] = []
+    recovered = {pid: recovery_times(text) for pid, text in logs.items()}
     excluded: dict[str, list[float]] = defaultdict(list)
     never: list[str] = []
     for kill in faults.of("kill"):
@@ -323,6 +356,11 @@ def orphan_delays(lines: list[Line], faults: Faults, end: float) -> dict[str, An
                 excluded["redis_restart"].append(delay)
             elif any(a <= window[1] and b >= window[0] for a, b in holes):
                 excluded["all_paused"].append(delay)
+            elif (stopped := claimed_then_paused(kill, faults, recovered)) is not None:
+                # Window 2 of the guarantees: a paused worker's messages wait for its lease,
+                # claims included; then they are orphans of the paused worker.
+                bound = stopped - kill.t + ORPHAN_BOUND
+                paused_claims.append((delay, key[0], kill.pid, bound))
             elif dc >= 2:
                 # recover.lua claims at most one already-recovered entry per call (the
                 # poison-message rule), so these may wait a few recovery rounds more.
@@ -331,8 +369,9 @@ def orphan_delays(lines: list[Line], faults: Faults, end: float) -> dict[str, An
                 measured.append((delay, key[0], kill.pid, dc))
     measured.sort(reverse=True)
     redelivered.sort(reverse=True)
+    paused_claims.sort(reverse=True)
     return {"measured": measured, "redelivered": redelivered, "excluded": excluded,
-            "never": never, "holes": holes}
+            "paused_claims": paused_claims, "never": never, "holes": holes}
 
 
 def pause_orphan_delays(lines: list[Line], faults: Faults) -> tuple[int, list[float]]:
@@ -433,13 +472,15 @@ def test_backlog_under_faults_loses_nothing_and_recovers_orphans_promptly(
             by_class[classify(runs[i], runs[:i], faults, logs)].append(key)
     recovered_own = sum(text.count("recovered ") for text in logs.values())
 
-    orphans = orphan_delays(lines, faults, end)
+    orphans = orphan_delays(lines, faults, end, logs)
     measured = orphans["measured"]
     excluded = orphans["excluded"]
     max_delay = measured[0][0] if measured else 0.0
     over = [m for m in measured if m[0] > ORPHAN_BOUND]
     redelivered = orphans["redelivered"]
     over_redelivered = [m for m in redelivered if m[0] > REDELIVERED_BOUND]
+    paused_claims = orphans["paused_claims"]
+    over_paused = [m for m in paused_claims if m[0] > m[3]]
     pause_held, pause_delays = pause_orphan_delays(lines, faults)
     reclaimed = self_reclaims(lines)
     t0 = faults.events[0].t
@@ -459,6 +500,8 @@ def test_backlog_under_faults_loses_nothing_and_recovers_orphans_promptly(
         orphans=len(measured), max_orphan_delay=round(max_delay, 2), bound=ORPHAN_BOUND,
         orphans_over_bound=len(over), redelivered_orphans=len(redelivered),
         max_redelivered_orphan_delay=round(redelivered[0][0] if redelivered else 0.0, 2),
+        paused_claim_orphans=len(paused_claims),
+        max_paused_claim_delay=round(paused_claims[0][0] if paused_claims else 0.0, 2),
         excluded=",".join(f"{k}:{len(v)}(max {max(v):.1f}s)" for k, v in excluded.items())
         or "0",
         pause_held=pause_held, pause_held_rerun_elsewhere=len(pause_delays),
@@ -513,7 +556,12 @@ def test_backlog_under_faults_loses_nothing_and_recovers_orphans_promptly(
                         "explains")
     if over:
         problems.append(f"{len(over)} of {len(measured)} orphans restarted later than "
-                        f"{ORPHAN_BOUND}s after their worker's SIGKILL (max {max_delay:.1f}s)")
+                        f"{ORPHAN_BOUND}s after their worker's SIGKILL (max {max_delay:.1f}s; "
+                        f"delay, id, killed pid, delivery: {over[:3]})")
+    if over_paused:
+        problems.append(f"{len(over_paused)} of {len(paused_claims)} orphans claimed by a "
+                        "worker paused right after restarted later than their bound: "
+                        f"{over_paused[:3]}")
     if over_redelivered:
         problems.append(f"{len(over_redelivered)} of {len(redelivered)} redelivered orphans "
                         f"restarted later than {REDELIVERED_BOUND}s after their worker's "

@@ -98,7 +98,7 @@ class Database:
             self.path = tmp / "history.sqlite3"
             self.env = {"BLITZQ_SQLITE": str(self.path)}
 
-    def rows(self) -> list[tuple[Any, ...]]:
+    def rows(self, timeout: float = 20) -> list[tuple[Any, ...]]:
         query = ("SELECT task_id, state, args, kwargs, timeline, attempt "
                  "FROM blitzq_django_taskrecord")
         if POSTGRES:
@@ -107,13 +107,13 @@ class Database:
             with psycopg.connect(f"host=127.0.0.1 user=postgres dbname={self.name}") as conn:
                 return [(r[0], r[1], r[2], r[3], r[4], r[5])
                         for r in conn.execute(query).fetchall()]
-        with contextlib.closing(sqlite3.connect(self.path, timeout=20)) as conn:
+        with contextlib.closing(sqlite3.connect(self.path, timeout=timeout)) as conn:
             return [(r[0], r[1], json.loads(r[2]), json.loads(r[3]), json.loads(r[4]), r[5])
                     for r in conn.execute(query).fetchall()]
 
-    def count(self) -> int:
+    def count(self, timeout: float = 20) -> int:
         try:
-            return len(self.rows())
+            return len(self.rows(timeout))
         except Exception:  # noqa: BLE001 - the table is not there yet, or locked
             return 0
 
@@ -188,11 +188,21 @@ def test_sigkilled_history_writer_loses_and_duplicates_nothing(
             # committed): the window a crash must not lose nor double.
             if chunk in (6, 12, 18):
                 floor = database.count()
-                wait_until(lambda f=floor: database.count() > f and in_hand() > 0, 30, 0.002,
+
+                def frozen_holding(f: int = floor, p: Process = current) -> bool:
+                    # Looked at while the writer is stopped, so what is seen is what the
+                    # kill finds (a writer that runs on may ack between look and kill).
+                    p.process.send_signal(signal.SIGSTOP)
+                    if database.count(timeout=0.2) > f and in_hand() > 0:
+                        return True
+                    p.process.send_signal(signal.SIGCONT)
+                    return False
+
+                wait_until(frozen_holding, 30, 0.002,
                            "the writer to write rows and hold a batch")
+                pending_at_kills.append(in_hand())
                 current.process.send_signal(signal.SIGKILL)
                 current.kill()
-                pending_at_kills.append(in_hand())
                 kills += 1
                 current = writer()
         assert kills == KILLS
