@@ -1,6 +1,7 @@
 """Services that run beside a worker inside ``runworker`` (the history writer, the
 outbox relay): each in its own daemon thread, started before the worker and stopped
-after it, so the worker's hot path never waits on the database.
+after it, so the worker's hot path never waits on the database. (The history
+companion's thread only watches the writer's own process, by default: history/process.py.)
 
 A companion is a callable ``(stop: threading.Event) -> None`` that loops until
 ``stop`` is set; it must catch and log its own errors and keep going (the worker
@@ -32,12 +33,13 @@ class Running:
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
 
-    def start(self, settings: dict[str, Any], only: set[str] | None = None) -> Running:
+    def start(self, settings: dict[str, Any], only: set[str] | None = None,
+              without: frozenset[str] = frozenset()) -> Running:
         from django.utils.module_loading import import_string
 
         for path in COMPANIONS:
             name = path.rsplit(".", 2)[-2]
-            if only is not None and name not in only:
+            if (only is not None and name not in only) or name in without:
                 continue
             companion = import_string(path)(settings)
             if companion is None:

@@ -128,6 +128,10 @@ DEFAULTS: dict[str, Any] = {
     # "failures" (tasks with a failed, retried or dead-lettered attempt) or "off". Filled
     # from the events by a writer beside runworker (or manage.py runhistory); needs EVENTS.
     "HISTORY": "all",
+    # Where runworker runs the history writer: "process" (a child process it starts and
+    # restarts, so the writer never takes the worker's GIL) or "thread" (in the worker's
+    # own process: one process less, about 40% fewer tasks/s of `def` tasks; bench/).
+    "HISTORY_WRITER": "process",
     # Days a finished task's history row is kept (manage.py blitzq prune-history).
     "HISTORY_RETENTION": 14,
     # The transactional outbox (docs/django.md): runworker runs a relay thread that
@@ -162,6 +166,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 BROKERS = ("redis", "memory")
 DELIVERY_MODES = ("reliable", "fast")
 HISTORY_MODES = ("all", "failures", "off")
+HISTORY_WRITERS = ("process", "thread")
 REDIS_CACHE_BACKENDS = ("django_redis.cache.RedisCache",
                         "django.core.cache.backends.redis.RedisCache")
 
@@ -202,6 +207,7 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "RATE_LIMITS": ((dict,), "a dict of bucket name -> rate like '10/s'"),
     "HISTORY": ((str,), "'all', 'failures' or 'off'"),
     "HISTORY_RETENTION": (_NUMBER, "a number of days"),
+    "HISTORY_WRITER": ((str,), "'process' or 'thread'"),
     "OUTBOX_RELAY": ((bool,), "True or False"),
     "OUTBOX_DATABASES": ((list, tuple), "a list of database aliases"),
     "OUTBOX_INTERVAL": (_NUMBER, "a number of seconds"),
@@ -309,7 +315,7 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
     E001 not a dict, E002 unknown key, E003 wrong type, E004 value out of range or not
     a choice, E005 bad REDIS_URL, E006 bad CACHE_ALIAS, E008 unknown REDIS_OPTIONS key,
     E009 bad RATE_LIMITS bucket name or rate, E010 bad ROUTES entry, E011 bad
-    QUEUE_CONCURRENCY entry, E012 bad HISTORY or HISTORY_RETENTION, E013 bad
+    QUEUE_CONCURRENCY entry, E012 bad HISTORY, HISTORY_WRITER or HISTORY_RETENTION, E013 bad
     OUTBOX_DATABASES or EFFECTS_RETENTION, E014 bad MODE or QUEUE_MODES entry (unknown
     mode, unknown queue), E015 bad PERIODIC entry (cron, tz, every,
     arguments...: blitzq_django/periodic.py).
@@ -399,6 +405,10 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
         modes = ", ".join(map(repr, HISTORY_MODES))
         found.append(Problem("blitzq.E012", "HISTORY", f"BLITZQ['HISTORY'] must be one of "
                              f"{modes}, not {merged['HISTORY']!r:.40}.", "Default: 'all'."))
+    if "HISTORY_WRITER" not in bad_type and merged["HISTORY_WRITER"] not in HISTORY_WRITERS:
+        found.append(Problem("blitzq.E012", "HISTORY_WRITER", "BLITZQ['HISTORY_WRITER'] must "
+                             f"be 'process' or 'thread', not {merged['HISTORY_WRITER']!r:.40}.",
+                             "Default: 'process'."))
     retention = merged["HISTORY_RETENTION"]
     if "HISTORY_RETENTION" not in bad_type and not (
             math.isfinite(retention) and 0 < retention <= 36_500):

@@ -1,9 +1,10 @@
 """Task history: the engine's events, written to TaskRecord rows (docs/django.md).
 
 ``companion(settings)`` is what ``runworker`` starts beside its worker (see
-``blitzq_django.companions``): a HistoryWriter of the queues the settings name, on a
-thread of its own, or None when ``BLITZQ["HISTORY"]`` is "off" or events are off.
-``manage.py runhistory`` runs the same writer as a process of its own.
+``blitzq_django.companions``): a HistoryWriter of the queues the settings name, in a
+child process (``HISTORY_WRITER`` "process", the default: process.py) or on a thread,
+or None when ``BLITZQ["HISTORY"]`` is "off" or events are off. ``manage.py
+runhistory`` runs the same writer as a process of its own.
 """
 
 from __future__ import annotations
@@ -37,11 +38,21 @@ def writer_for(settings: dict[str, Any], queues: list[str] | None = None, **opti
 
 
 def companion(settings: dict[str, Any]) -> Callable[[threading.Event], None] | None:
-    """The history writer to run beside a worker, or None when history is off. The
-    writer is built on its own thread (its first Redis round trips do not delay the
+    """The history writer to run beside a worker, or None when history is off.
+
+    ``HISTORY_WRITER`` "process": a thread that runs the writer as a child process and
+    starts it again when it dies (process.py). "thread" (and the memory broker, whose
+    events live in this process, and settings without a module to hand a child): the
+    writer itself, built on its own thread (its first Redis round trips do not delay the
     worker's start)."""
     if settings["HISTORY"] == "off" or not settings["EVENTS"]:
         return None
+    from . import process
+
+    if (settings["HISTORY_WRITER"] == "process" and settings["BROKER"] != "memory"
+            and process.can_run()):
+        queues = history_queues(settings)
+        return lambda stop: process.supervise(stop, queues)
 
     def run(stop: threading.Event) -> None:
         writer = writer_for(settings)

@@ -262,7 +262,8 @@ def test_history_off(settings: Any, redis_url: str, namespace: str) -> None:
     assert history.companion(conf.get_settings()) is None
 
 
-def test_companion_runs_and_stops(blitzq_redis: Any) -> None:
+def test_companion_runs_and_stops(blitzq_redis: Any, settings: Any) -> None:
+    settings.BLITZQ = {**settings.BLITZQ, "HISTORY_WRITER": "thread"}  # in this process
     run = history.companion(conf.get_settings())
     assert run is not None
     stop = threading.Event()

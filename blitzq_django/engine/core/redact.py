@@ -39,8 +39,14 @@ def is_secret(name: object, names: Iterable[str]) -> bool:
     """True if argument or key ``name`` matches one of ``names`` (see the module doc)."""
     if not isinstance(name, str):
         return False
+    return _matches(name, names if isinstance(names, tuple) else tuple(names))
+
+
+@functools.lru_cache(maxsize=4096)
+def _matches(name: str, names: tuple[str, ...]) -> bool:
+    # Cached: the history writer asks about the same few argument names for every row.
     key = _norm(name)
-    return any(n in key for n in _needles(tuple(names)))
+    return any(n in key for n in _needles(names))
 
 
 def positional_names(func: Callable[..., Any]) -> tuple[str, ...]:

@@ -392,6 +392,11 @@ def get(key: str) -> Op:
     return Op(command=("GET", key))
 
 
+def mget(keys: Sequence[str]) -> Op:
+    """The values of ``keys`` (one queue's: they share its hash tag), None where missing."""
+    return Op(command=("MGET", *keys))
+
+
 def zscore(key: str, member: str) -> Op:
     return Op(command=("ZSCORE", key, member), parse=lambda r: None if r is None else float(r))
 

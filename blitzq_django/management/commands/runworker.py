@@ -48,6 +48,10 @@ class Command(BaseCommand):
             "--log-level", choices=sorted(LOG_LEVELS), type=str.upper, default=None,
             help="level of the 'blitzq' logger (default: from --verbosity, INFO at 1)")
         parser.add_argument(
+            "--history", action=argparse.BooleanOptionalAction, default=True,
+            help="run the task history writer beside the worker when BLITZQ['HISTORY'] is "
+                 "on (default); --no-history when `manage.py runhistory` runs elsewhere")
+        parser.add_argument(
             "--with-scheduler", action="store_true",
             help="also dispatch periodic tasks, as runscheduler does (docs/scheduling.md)")
 
@@ -101,17 +105,15 @@ class Command(BaseCommand):
             self.stderr.write("No tasks are registered: is there a tasks.py with "
                               "@blitzq_task in an installed app?")
         if options["processes"] > 1:
-            # Each child is this same command without --processes, in a fresh process.
-            code = cli.run(client, config, options["processes"], [sys.executable, *sys.argv])
-            if code:
-                raise CommandError(f"a worker process exited with status {code}")
+            self._supervise(options, merged, client, config)
             return
         # A listener only when a blitzq signal has a receiver now, or a django.tasks
         # backend of BlitzQ is configured (signals.py): else nothing is paid per message.
         worker = Worker(client, config, around_sync_call=[close_old_connections_if_opened],
                         listeners=worker_listeners(), **conf.process_pool_options(merged))
-        # The history writer and the outbox relay run beside the worker, in threads.
-        companions = Running().start(merged)
+        # The history writer (a child process, or a thread) and the outbox relay (a
+        # thread) run beside the worker.
+        companions = Running().start(merged, without=self._without(options))
         # --with-scheduler: the periodic tasks too, on a thread (the worker promotes).
         scheduler = (periodic.SchedulerThread(periodic.make_scheduler(promote=False)).start()
                      if options.get("with_scheduler") else None)
@@ -134,6 +136,28 @@ class Command(BaseCommand):
         code = cli.exit_code(worker)
         if code:
             sys.exit(code)  # EXIT_RECYCLE: a supervisor starts a new worker
+
+    @staticmethod
+    def _without(options: dict[str, Any]) -> frozenset[str]:
+        return frozenset() if options["history"] else frozenset({"history"})
+
+    def _supervise(self, options: dict[str, Any], merged: dict[str, Any], client: Any,
+                   config: Any) -> None:
+        """``--processes N``: N children, each this same command without --processes. A
+        history writer process is started once, here, and the children run none (with
+        HISTORY_WRITER "thread", each child runs its own, one of which writes)."""
+        argv = [sys.executable, *sys.argv]
+        here = merged["HISTORY_WRITER"] == "process" and options["history"]
+        if here:
+            argv.append("--no-history")
+        companions = Running().start(merged, only={"history"}) if here else None
+        try:
+            code = cli.run(client, config, options["processes"], argv)
+        finally:
+            if companions is not None:
+                companions.stop()
+        if code:
+            raise CommandError(f"a worker process exited with status {code}")
 
     @staticmethod
     def _queues(given: list[str], merged: dict[str, Any]) -> tuple[str, ...]:

@@ -1,0 +1,145 @@
+"""The history writer in a process of its own, started and watched by ``runworker``.
+
+On a thread of the worker's process the writer competes with the worker for the GIL,
+and it always has work while the worker is busy: a runworker draining ``def`` no-op
+tasks did about 40% fewer tasks/s with its writer on a thread than with the writer in
+another process (docs/benchmarks.md). So by default (``HISTORY_WRITER`` "process")
+runworker starts the writer as a child, ``python -m blitzq_django.history.process``,
+and starts it again when it dies. The child stops when runworker closes its stdin, or
+when runworker dies (the pipe closes then too): a writer never outlives its worker.
+
+A writer killed anywhere loses nothing (writer.py: ack after commit, re-read on start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+log = logging.getLogger("blitzq.history")
+
+#: Waits before a dead writer process is started again (doubling up to the maximum; back
+#: to the minimum after it ran this long).
+RESTART_MIN_S, RESTART_MAX_S, RESTART_RESET_S = 1.0, 30.0, 60.0
+#: How long a stopping writer may take to finish its batch before it is killed.
+STOP_TIMEOUT_S = 10.0
+
+
+def can_run() -> bool:
+    """Whether a child can set Django up: it needs the settings module by name (settings
+    made with ``settings.configure()`` cannot be handed over)."""
+    return bool(os.environ.get("DJANGO_SETTINGS_MODULE"))
+
+
+def child_argv(queues: Sequence[str], log_level: int) -> list[str]:
+    return [sys.executable, "-m", "blitzq_django.history.process", "--log-level",
+            logging.getLevelName(log_level), "--queues", *queues]
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment, with its import path (manage.py's directory, a
+    ``--pythonpath``) so the child imports the same project."""
+    path = os.pathsep.join(p for p in sys.path if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def supervise(stop: threading.Event, queues: Sequence[str]) -> None:
+    """Run the writer process until ``stop`` is set; start another when it dies."""
+    backoff = RESTART_MIN_S
+    level = logging.getLogger("blitzq").getEffectiveLevel()
+    while not stop.is_set():
+        began = time.monotonic()
+        child = subprocess.Popen(child_argv(queues, level), env=child_env(),
+                                 stdin=subprocess.PIPE)
+        log.debug("history writer process %d started", child.pid)
+        while not stop.wait(0.2):  # stop is set from another thread: no signal to wake on
+            if child.poll() is not None:
+                break
+        if stop.is_set():
+            _stop(child)
+            return
+        _close(child)
+        if time.monotonic() - began > RESTART_RESET_S:
+            backoff = RESTART_MIN_S
+        log.warning("the history writer process exited with status %s; starting another in "
+                    "%.0f s", child.returncode, backoff)
+        if stop.wait(backoff):
+            return
+        backoff = min(backoff * 2, RESTART_MAX_S)
+
+
+def _close(child: subprocess.Popen[bytes]) -> None:
+    if child.stdin is not None:
+        try:
+            child.stdin.close()
+        except OSError:  # the child is gone already
+            pass
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """Close its stdin (it stops after the batch in hand), wait, then kill."""
+    _close(child)
+    try:
+        child.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log.warning("the history writer process %d did not stop in %.0f s: killing it",
+                    child.pid, STOP_TIMEOUT_S)
+        child.kill()
+        child.wait()
+
+
+# -- the child ---------------------------------------------------------------------------
+
+
+def _watch_stdin(stop: threading.Event) -> None:
+    """Set ``stop`` at end of file on stdin: the parent closed it, or died."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    stop.set()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m blitzq_django.history.process")
+    parser.add_argument("--queues", nargs="+", required=True)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    import django
+
+    django.setup()
+    from .. import conf
+    from ..management.logs import LOG_LEVELS, configure_logging
+    from . import writer_for
+
+    configure_logging(1, args.log_level if args.log_level in LOG_LEVELS else None)
+    writer = writer_for(conf.get_settings(), list(args.queues))
+    if writer is None:
+        return 0
+    stop = threading.Event()
+    # Ctrl-C reaches the whole process group: runworker shuts down, then closes our stdin.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def on_term(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise SystemExit(1)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    threading.Thread(target=_watch_stdin, args=(stop,), name="blitzq-history-stdin",
+                     daemon=True).start()
+    writer.run(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
