@@ -74,7 +74,8 @@ def make(kind: str) -> dict:
         what = ("def tasks on runworker's thread pool (THREADS None: one thread per "
                 "CONCURRENCY slot, 100)" if kind == "def" else "async def tasks")
         return (f"`manage.py runworker` (one process; BLITZQ defaults: CONCURRENCY 100, EVENTS "
-                f"on, HISTORY 'all' to SQLite, outbox relay on), @blitzq_task {what}")
+                f"on, HISTORY 'all' to SQLite by a writer process, outbox relay on), "
+                f"@blitzq_task {what}")
 
     return {"KIND": kind, "SCALES": True, "WEIGHT": kind == "def", "setup": setup,
             "enqueue_one": enqueue_one, "enqueue_bulk": enqueue_bulk, "run_worker": run_worker,

@@ -1,5 +1,5 @@
 """Side row (not in the default sitting): blitzq-django with BLITZQ["HISTORY"] "off", i.e.
-without the history-writer thread that runworker starts by default (to show its cost)."""
+without the history writer (process) that runworker starts by default (to show its cost)."""
 
 from __future__ import annotations
 
@@ -20,4 +20,5 @@ def run_worker() -> None:
 
 
 def settings(workload: str) -> str:
-    return _settings(workload).replace("HISTORY 'all' to SQLite", "HISTORY 'off' (changed)")
+    return _settings(workload).replace("HISTORY 'all' to SQLite by a writer process",
+                                       "HISTORY 'off' (changed)")

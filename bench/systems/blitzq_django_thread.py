@@ -21,6 +21,5 @@ def run_worker() -> None:
 
 
 def settings(workload: str) -> str:
-    return _settings(workload).replace("HISTORY 'all' to SQLite",
-                                       "HISTORY 'all' to SQLite, HISTORY_WRITER 'thread' "
-                                       "(changed)")
+    return _settings(workload).replace("by a writer process",
+                                       "by a writer thread (HISTORY_WRITER 'thread', changed)")
