@@ -599,10 +599,41 @@ def _django_summary(data: dict) -> list[str]:
         rows.append((f"runworker --processes 2 / --processes 1, {label} no-op "
                      f"({_fmt(two)} / {_fmt(one)}/s)", f"{ratio:.2f}×" if ratio else "—",
                      "≥ 1.6×", _verdict(ratio, 1.6)))
+    rows += _engine_goals(data)
     lines = ["", "### The Django path against its goals (issue 10; medians of this sitting)", "",
              "| measure | figure | goal | |", "| --- | ---: | ---: | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     return lines
+
+
+def _engine_goals(data: dict) -> list[tuple[str, str, str, str]]:
+    """Issue 10's goals 2, 7 and 8: async dispatch and bulk enqueue against the raw floor,
+    enqueue-single and latency against the peers."""
+    sm, systems = data["summary"], data["systems"]
+    raw = sm.get("raw", {}).get("raw", {})
+    peers = [s for s in systems if _peer(s)]
+    rows: list[tuple[str, str, str, str]] = []
+    for w, floor, label, goal in (("dispatch_on", "consume_results", "(d)", 0.4),
+                                  ("enqueue_bulk", "pipelined_xadd", "(b)", 0.5)):
+        v, f = _get(sm, "blitzq", w), raw.get(floor)
+        share = v / f if v and f else None
+        rows.append((f"blitzq {w} ({_fmt(v)}/s) / raw floor {label} ({_fmt(f)}/s)",
+                     f"{share:.0%}" if share else "—", f"≥ {goal:.0%}", _verdict(share, goal)))
+    v = _get(sm, "blitzq", "enqueue_single")
+    best, bv = _best(sm, peers, "enqueue_single")
+    ratio = v / bv if v and bv else None
+    rows.append((f"blitzq enqueue-single ({_fmt(v)}/s) / fastest peer {best or '—'} "
+                 f"({_fmt(bv)}/s)", f"{ratio:.2f}×" if ratio else "—", "≥ 1×", _verdict(ratio, 1)))
+    for mode, s in (("reliable", "blitzq"), ("fast", "blitzq-fast")):
+        for field in ("p50_ms", "p99_ms"):
+            v = _get(sm, s, "latency", field)
+            best, bv = _best(sm, peers, "latency", field, low=True)
+            rows.append((f"latency {field[:3]} at 50/s, {mode} mode ({s}): {_fmt(v, 2)} ms vs "
+                         f"lowest peer {best or '—'} {_fmt(bv, 2)} ms",
+                         f"{v - bv:+.2f} ms" if v is not None and bv is not None else "—",
+                         "< every peer", "not measured" if v is None or bv is None
+                         else "met" if v < bv else "**not met**"))
+    return rows
 
 
 def _django_section(data: dict) -> list[str]:
@@ -622,8 +653,9 @@ def _django_section(data: dict) -> list[str]:
              "engine Worker with `def` tasks (default pool, 12 threads on 2 CPUs); `blitzq` "
              "the bare engine with `async def` tasks. Producers enqueue with "
              "`task.enqueue` / `enqueue_many`, from a Django process for the Django rows. "
-             "Runworker's defaults include EVENTS on, HISTORY 'all' (a history-writer thread "
-             "writing every task to SQLite) and the outbox relay thread.", "",
+             "Runworker's defaults include EVENTS on, HISTORY 'all' (a history writer, a child "
+             "process of runworker, writing every task to SQLite) and the outbox relay thread; "
+             "the child's memory is counted with runworker's.", "",
              "### Dispatch of `def` tasks (no-op tasks/s, one worker process; ratio vs "
              "blitzq-django)", "",
              "| system | tasks | pool | results off | results on | "
@@ -695,23 +727,29 @@ SIDE_WEIGHT = BENCH / "results" / "side-weight.json"
 
 
 def _side_history() -> list[str]:
-    """The side run with the history writer off (--results bench/results/side-history.json),
-    when there is one: what runworker's default history-writer thread costs."""
+    """The side run of the history writer's placements (--results
+    bench/results/side-history.json), when there is one: what it costs where it runs."""
     if not SIDE_HISTORY.exists():
         return []
     d = json.loads(SIDE_HISTORY.read_text())
     sm, a = d["summary"], d["settings"]
     lines = ["", f"### What the history writer costs (side run: `{d['argv']}`, "
              f"{d['finished']}, {a['repeats']} repeats, medians)", "",
-             "runworker starts a history-writer thread by default (HISTORY 'all': each task "
-             "becomes a TaskRecord row, here in SQLite); `blitzq-django-nohistory` is "
-             "`blitzq-django` with HISTORY 'off', nothing else changed.", "",
-             "| system | dispatch, results on | io-bound | peak RSS MB (dispatch on) |",
-             "| --- | ---: | ---: | ---: |"]
-    base_on, base_io = _get(sm, "blitzq-django", "dispatch_on"), _get(sm, "blitzq-django", "io")
+             "runworker starts a history writer by default (HISTORY 'all': each task "
+             "becomes a TaskRecord row, here in SQLite), in a child process "
+             "(HISTORY_WRITER 'process'); `blitzq-django-thread` runs it on a thread of the "
+             "worker's process instead (HISTORY_WRITER 'thread'), `blitzq-django-nohistory` "
+             "runs none (HISTORY 'off'); nothing else changed.", "",
+             "| system | dispatch, results on | io-bound | --processes 1 | --processes 2 "
+             "(/ 1) | peak RSS MB (dispatch on) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    dj = "blitzq-django"
+    base_on, base_io = _get(sm, dj, "dispatch_on"), _get(sm, dj, "io")
     for s in d["systems"]:
+        one = _get(sm, s, "scale1")
         lines.append(f"| {s} | {_cell(sm, s, 'dispatch_on', base=base_on)} | "
-                     f"{_cell(sm, s, 'io', base=base_io)} | "
+                     f"{_cell(sm, s, 'io', base=base_io)} | {_fmt(one)} | "
+                     f"{_cell(sm, s, 'scale2', base=one)} | "
                      f"{_fmt(_get(sm, s, 'dispatch_on', 'peak_rss_mb'))} |")
     return lines
 

@@ -10,7 +10,7 @@ from ._django import ASYNC, BULK_NOTE, CONC, VERSION, make
 
 __all__ = ["ASYNC", "BULK_NOTE", "CONC", "VERSION"]
 globals().update(make("def"))
-SCALES = WEIGHT = False
+SCALES, WEIGHT = True, False
 _run_worker, _settings = run_worker, settings  # noqa: F821 (from make)
 
 

@@ -33,22 +33,33 @@ RESTART_MIN_S, RESTART_MAX_S, RESTART_RESET_S = 1.0, 30.0, 60.0
 STOP_TIMEOUT_S = 10.0
 
 
+def settings_module() -> str | None:
+    """The settings module a child can set Django up from; None for settings made with
+    ``settings.configure()`` (they cannot be handed over)."""
+    from django.conf import settings
+
+    # SETTINGS_MODULE reads None under override_settings (tests): the variable holds it.
+    return (getattr(settings, "SETTINGS_MODULE", None)
+            or os.environ.get("DJANGO_SETTINGS_MODULE") or None)
+
+
 def can_run() -> bool:
-    """Whether a child can set Django up: it needs the settings module by name (settings
-    made with ``settings.configure()`` cannot be handed over)."""
-    return bool(os.environ.get("DJANGO_SETTINGS_MODULE"))
+    return settings_module() is not None
 
 
 def child_argv(queues: Sequence[str], log_level: int) -> list[str]:
-    return [sys.executable, "-m", "blitzq_django.history.process", "--log-level",
-            logging.getLevelName(log_level), "--queues", *queues]
+    # One argument: queue names hold no commas (the CLI's own "A,B" syntax), and "=" keeps
+    # a name starting with "-" from reading as an option.
+    return [sys.executable, "-m", "blitzq_django.history.process",
+            f"--log-level={logging.getLevelName(log_level)}", f"--queues={','.join(queues)}"]
 
 
 def child_env() -> dict[str, str]:
-    """This process's environment, with its import path (manage.py's directory, a
-    ``--pythonpath``) so the child imports the same project."""
+    """This process's environment, with its settings module and import path (manage.py's
+    directory, a ``--pythonpath``) so the child imports the same project."""
     path = os.pathsep.join(p for p in sys.path if p)
-    return {**os.environ, "PYTHONPATH": path}
+    return {**os.environ, "PYTHONPATH": path,
+            "DJANGO_SETTINGS_MODULE": settings_module() or ""}
 
 
 def supervise(stop: threading.Event, queues: Sequence[str]) -> None:
@@ -57,20 +68,25 @@ def supervise(stop: threading.Event, queues: Sequence[str]) -> None:
     level = logging.getLogger("blitzq").getEffectiveLevel()
     while not stop.is_set():
         began = time.monotonic()
-        child = subprocess.Popen(child_argv(queues, level), env=child_env(),
-                                 stdin=subprocess.PIPE)
-        log.debug("history writer process %d started", child.pid)
-        while not stop.wait(0.2):  # stop is set from another thread: no signal to wake on
-            if child.poll() is not None:
-                break
-        if stop.is_set():
-            _stop(child)
-            return
-        _close(child)
-        if time.monotonic() - began > RESTART_RESET_S:
-            backoff = RESTART_MIN_S
-        log.warning("the history writer process exited with status %s; starting another in "
-                    "%.0f s", child.returncode, backoff)
+        try:
+            child = subprocess.Popen(child_argv(queues, level), env=child_env(),
+                                     stdin=subprocess.PIPE)
+        except OSError as exc:  # out of processes or memory: try again later
+            log.warning("the history writer process could not start (%s); trying again in "
+                        "%.0f s", exc, backoff)
+        else:
+            log.debug("history writer process %d started", child.pid)
+            while not stop.wait(0.2):  # stop is set from another thread: nothing to wake on
+                if child.poll() is not None:
+                    break
+            if stop.is_set():
+                _stop(child)
+                return
+            _close(child)
+            if time.monotonic() - began > RESTART_RESET_S:
+                backoff = RESTART_MIN_S
+            log.warning("the history writer process exited with status %s; starting another "
+                        "in %.0f s", child.returncode, backoff)
         if stop.wait(backoff):
             return
         backoff = min(backoff * 2, RESTART_MAX_S)
@@ -111,7 +127,7 @@ def _watch_stdin(stop: threading.Event) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blitzq_django.history.process")
-    parser.add_argument("--queues", nargs="+", required=True)
+    parser.add_argument("--queues", required=True, help="comma-separated")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     import django
@@ -122,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import writer_for
 
     configure_logging(1, args.log_level if args.log_level in LOG_LEVELS else None)
-    writer = writer_for(conf.get_settings(), list(args.queues))
+    writer = writer_for(conf.get_settings(), [q for q in args.queues.split(",") if q])
     if writer is None:
         return 0
     stop = threading.Event()

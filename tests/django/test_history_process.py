@@ -65,7 +65,8 @@ def _alive(pid: int) -> bool:
 def env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
            "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
-           "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT)}
+           "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT),
+           "DJANGO_DEBUG": "0"}  # no --reload parent between the test and the worker
     subprocess.run([sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"], env=env,
                    cwd=ROOT, check=True, timeout=120)
     return env
@@ -165,3 +166,26 @@ def test_processes_share_one_writer(blitzq_redis: Any, env: dict[str, str],
     assert len(writers) == 1
     assert int(Path(f"/proc/{writers[0]}/stat").read_text().rsplit(")", 1)[1].split()[1]) \
         == supervisor.pid  # the supervisor's own child, not a worker's
+
+
+def test_supervised_children_do_not_reload_under_debug(blitzq_redis: Any,
+                                                        env: dict[str, str]) -> None:
+    # DEBUG turns --reload on for a lone runworker; the supervisor's children must not
+    # each become a reloader with a worker of its own, in a session of its own.
+    proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runworker",
+                             "--queues", "default", "--processes", "2"],
+                            cwd=ROOT, env={**env, "DJANGO_DEBUG": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        def workers() -> list[int]:
+            return [c for c in _children(proc.pid)
+                    if "runworker" in (Path("/proc") / str(c) / "cmdline").read_text()]
+
+        wait_until(lambda: len(workers()) == 2, 30, 0.05, "two worker processes")
+        for child in workers():
+            assert "--no-reload" in (Path("/proc") / str(child) / "cmdline").read_text()
+            assert not _children(child)  # the worker itself, no reloader's child
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)

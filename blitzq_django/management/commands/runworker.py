@@ -146,7 +146,8 @@ class Command(BaseCommand):
         """``--processes N``: N children, each this same command without --processes. A
         history writer process is started once, here, and the children run none (with
         HISTORY_WRITER "thread", each child runs its own, one of which writes)."""
-        argv = [sys.executable, *sys.argv]
+        # --no-reload: under DEBUG each child would otherwise become a reloader of its own.
+        argv = [sys.executable, *sys.argv, "--no-reload"]
         here = merged["HISTORY_WRITER"] == "process" and options["history"]
         if here:
             argv.append("--no-history")
