@@ -10,6 +10,7 @@ subprocess.Popen, in the worker's process group, so the harness counts their mem
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from importlib.metadata import version
@@ -80,3 +81,20 @@ def make(kind: str) -> dict:
     return {"KIND": kind, "SCALES": True, "WEIGHT": kind == "def", "setup": setup,
             "enqueue_one": enqueue_one, "enqueue_bulk": enqueue_bulk, "run_worker": run_worker,
             "results_modes": results_modes, "settings": settings}
+
+
+def side_row(kind: str, overrides: dict, changed: tuple[str, str]) -> dict:
+    """``make(kind)`` for a side row: the worker runs with ``overrides`` merged into BLITZQ,
+    and ``changed`` is (old, new) text of its settings description."""
+    names = make(kind)
+    run, describe = names["run_worker"], names["settings"]
+
+    def run_worker() -> None:
+        os.environ["BENCH_DJ_BLITZQ"] = json.dumps(overrides)
+        run()
+
+    def settings(workload: str) -> str:
+        return describe(workload).replace(*changed)
+
+    return {**names, "SCALES": True, "WEIGHT": False, "run_worker": run_worker,
+            "settings": settings}
