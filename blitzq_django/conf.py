@@ -130,7 +130,7 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY": "all",
     # Where runworker runs the history writer: "process" (a child process it starts and
     # restarts, so the writer never takes the worker's GIL) or "thread" (in the worker's
-    # own process: one process less, about 40% fewer tasks/s of `def` tasks; bench/).
+    # own process: one process less, about a third fewer tasks/s of `def` tasks; bench/).
     "HISTORY_WRITER": "process",
     # Days a finished task's history row is kept (manage.py blitzq prune-history).
     "HISTORY_RETENTION": 14,

@@ -2,7 +2,7 @@
 
 On a thread of the worker's process the writer competes with the worker for the GIL,
 and it always has work while the worker is busy: a runworker draining ``def`` no-op
-tasks did about 40% fewer tasks/s with its writer on a thread than with the writer in
+tasks did about a third fewer tasks/s with its writer on a thread than with the writer in
 another process (docs/benchmarks.md). So by default (``HISTORY_WRITER`` "process")
 runworker starts the writer as a child, ``python -m blitzq_django.history.process``,
 and starts it again when it dies. The child stops when runworker closes its stdin, or
