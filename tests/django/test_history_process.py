@@ -67,6 +67,9 @@ def env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
            "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
            "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT),
            "DJANGO_DEBUG": "0"}  # no --reload parent between the test and the worker
+    # This test's own SQLite file, read back directly, in the PostgreSQL pass too.
+    env.pop("DATABASE_URL", None)
+    env.pop("BLITZQ_TEST_DB", None)
     subprocess.run([sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"], env=env,
                    cwd=ROOT, check=True, timeout=120)
     return env
