@@ -192,3 +192,12 @@ def test_supervised_children_do_not_reload_under_debug(blitzq_redis: Any,
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
+
+
+def test_the_writer_covers_the_queues_runworker_serves(blitzq_redis: Any, env: dict[str, str],
+                                                       runworker: Any) -> None:
+    # --queues names a queue the settings do not: its history is written all the same.
+    ids = [h.id for h in tasks.noop.options(queue="elsewhere").enqueue_many(
+        [() for _ in range(20)])]
+    runworker("--queues", "default,elsewhere")
+    wait_until(lambda: _all_written(env, ids), 60, 0.1, "the rows of the other queue")

@@ -113,7 +113,8 @@ class Command(BaseCommand):
                         listeners=worker_listeners(), **conf.process_pool_options(merged))
         # The history writer (a child process, or a thread) and the outbox relay (a
         # thread) run beside the worker.
-        companions = Running().start(merged, without=self._without(options))
+        companions = Running().start(self._served(merged, config),
+                                     without=self._without(options))
         # --with-scheduler: the periodic tasks too, on a thread (the worker promotes).
         scheduler = (periodic.SchedulerThread(periodic.make_scheduler(promote=False)).start()
                      if options.get("with_scheduler") else None)
@@ -138,6 +139,13 @@ class Command(BaseCommand):
             sys.exit(code)  # EXIT_RECYCLE: a supervisor starts a new worker
 
     @staticmethod
+    def _served(merged: dict[str, Any], config: Any) -> dict[str, Any]:
+        """The settings the companions get: QUEUES with the queues this worker serves
+        added (``--queues`` may name queues the settings do not), so that their history
+        is written too."""
+        return {**merged, "QUEUES": list(dict.fromkeys([*merged["QUEUES"], *config.queues]))}
+
+    @staticmethod
     def _without(options: dict[str, Any]) -> frozenset[str]:
         return frozenset() if options["history"] else frozenset({"history"})
 
@@ -151,7 +159,8 @@ class Command(BaseCommand):
         here = merged["HISTORY_WRITER"] == "process" and options["history"]
         if here:
             argv.append("--no-history")
-        companions = Running().start(merged, only={"history"}) if here else None
+        companions = (Running().start(self._served(merged, config), only={"history"})
+                      if here else None)
         try:
             code = cli.run(client, config, options["processes"], argv)
         finally:
