@@ -356,9 +356,11 @@ def orphan_delays(lines: list[Line], faults: Faults, end: float,
                 excluded["redis_restart"].append(delay)
             elif any(a <= window[1] and b >= window[0] for a, b in holes):
                 excluded["all_paused"].append(delay)
-            elif (stopped := claimed_then_paused(kill, faults, recovered)) is not None:
-                # Window 2 of the guarantees: a paused worker's messages wait for its lease,
-                # claims included; then they are orphans of the paused worker.
+            elif delay > ORPHAN_BOUND and (
+                    stopped := claimed_then_paused(kill, faults, recovered)) is not None:
+                # Late, and window 2 of the guarantees explains it: a paused worker's
+                # messages wait for its lease, claims included (an orphan on time is held
+                # to the plain bound, below).
                 bound = stopped - kill.t + ORPHAN_BOUND
                 paused_claims.append((delay, key[0], kill.pid, bound))
             elif dc >= 2:
