@@ -4,25 +4,23 @@ On a thread of the worker's process the writer competes with the worker for the 
 and it always has work while the worker is busy: a runworker draining ``def`` no-op
 tasks did about a third fewer tasks/s with its writer on a thread than with the writer in
 another process (docs/benchmarks.md). So by default (``HISTORY_WRITER`` "process")
-runworker starts the writer as a child, ``python -m blitzq_django.history.process``,
-and starts it again when it dies. The child stops when runworker closes its stdin, or
-when runworker dies (the pipe closes then too): a writer never outlives its worker.
+runworker starts the writer as a child, ``manage.py runhistory --until-stdin-closes``
+(run as ``python -m django``), and starts it again when it dies. The child stops when
+runworker closes its stdin, or when runworker dies (the pipe closes then too): a writer
+never outlives its worker.
 
 A writer killed anywhere loses nothing (writer.py: ack after commit, re-read on start).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 log = logging.getLogger("blitzq.history")
 
@@ -50,8 +48,9 @@ def can_run() -> bool:
 def child_argv(queues: Sequence[str], log_level: int) -> list[str]:
     # One argument: queue names hold no commas (the CLI's own "A,B" syntax), and "=" keeps
     # a name starting with "-" from reading as an option.
-    return [sys.executable, "-m", "blitzq_django.history.process",
-            f"--log-level={logging.getLevelName(log_level)}", f"--queues={','.join(queues)}"]
+    return [sys.executable, "-m", "django", "runhistory", "--until-stdin-closes",
+            "--verbosity=0", f"--log-level={logging.getLevelName(log_level)}",
+            f"--queues={','.join(queues)}"]
 
 
 def child_env() -> dict[str, str]:
@@ -112,10 +111,10 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
         child.wait()
 
 
-# -- the child ---------------------------------------------------------------------------
+# -- in the child -----------------------------------------------------------------------
 
 
-def _watch_stdin(stop: threading.Event) -> None:
+def stop_at_stdin_eof(stop: threading.Event) -> None:
     """Set ``stop`` at end of file on stdin: the parent closed it, or died."""
     try:
         while sys.stdin.buffer.read(4096):
@@ -123,39 +122,3 @@ def _watch_stdin(stop: threading.Event) -> None:
     except (OSError, ValueError):
         pass
     stop.set()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m blitzq_django.history.process")
-    parser.add_argument("--queues", required=True, help="comma-separated")
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    import django
-
-    django.setup()
-    from .. import conf
-    from ..management.logs import LOG_LEVELS, configure_logging
-    from . import writer_for
-
-    configure_logging(1, args.log_level if args.log_level in LOG_LEVELS else None)
-    writer = writer_for(conf.get_settings(), [q for q in args.queues.split(",") if q])
-    if writer is None:
-        return 0
-    stop = threading.Event()
-    # Ctrl-C reaches the whole process group: runworker shuts down, then closes our stdin.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def on_term(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise SystemExit(1)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_term)
-    threading.Thread(target=_watch_stdin, args=(stop,), name="blitzq-history-stdin",
-                     daemon=True).start()
-    writer.run(stop)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

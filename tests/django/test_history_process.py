@@ -24,7 +24,7 @@ from testproject.shop import tasks
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITER = "blitzq_django.history.process"
+WRITER = "runhistory"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(),
                                 reason="finds the writer process through /proc (Linux)")

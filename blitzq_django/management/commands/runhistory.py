@@ -1,8 +1,9 @@
 """``manage.py runhistory``: the task history writer as a process of its own.
 
-``runworker`` already runs one beside each worker; run this one instead (or as well:
-one writer per queue is active at a time, the others stand by) when workers should not
-touch the database. Stops on SIGTERM or SIGINT after the batch in hand is written.
+``runworker`` already runs one beside each worker (this command, as its child:
+history/process.py); run this one instead (or as well: one writer per queue is active
+at a time, the others stand by) when workers should not touch the database. Stops on
+SIGTERM or SIGINT after the batch in hand is written.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from ... import conf
 from ...engine import cli
 from ...engine.errors import BlitzqError
 from ...history import history_queues, writer_for
+from ...history.process import stop_at_stdin_eof
 from ...history.writer import BATCH
-from ..logs import configure_logging
+from ..logs import LOG_LEVELS, configure_logging
 
 
 class Command(BaseCommand):
@@ -34,9 +36,16 @@ class Command(BaseCommand):
                             "of the settings, declared tasks and ROUTES)")
         parser.add_argument("--batch", type=int, default=BATCH,
                             help=f"events per read and transaction (default {BATCH})")
+        parser.add_argument(
+            "--log-level", choices=sorted(LOG_LEVELS), type=str.upper, default=None,
+            help="level of the 'blitzq' logger (default: from --verbosity, INFO at 1)")
+        parser.add_argument(
+            "--until-stdin-closes", action="store_true",
+            help="stop at end of file on stdin, and ignore SIGINT (runworker's child "
+                 "writer: it stops with its parent, which handles Ctrl-C)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"])
+        configure_logging(options["verbosity"], options.get("log_level"))
         try:
             settings = conf.get_settings()
         except ImproperlyConfigured as exc:
@@ -61,6 +70,12 @@ class Command(BaseCommand):
             stop.set()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        if options["until_stdin_closes"]:
+            # Ctrl-C reaches the whole process group: runworker shuts down, then closes
+            # our stdin.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            threading.Thread(target=stop_at_stdin_eof, args=(stop,),
+                             name="blitzq-history-stdin", daemon=True).start()
         if options["verbosity"] >= 1:
             self.stdout.write(f"history writer {writer.name} on {', '.join(queues)} "
                               f"({settings['HISTORY']})")
