@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from blitzq_django import conf, history
+from blitzq_django.history.process import NICENESS
 from testproject.shop import tasks
 from tests.support.waiting import wait_until
 
@@ -104,6 +105,10 @@ def _all_written(env: dict[str, str], ids: list[str]) -> bool:
     return all(rows.get(i) == "succeeded" for i in ids)
 
 
+def _niceness(pid: int) -> int:
+    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def _lease_holder(client: Any) -> int | None:
     """The pid in the name of the writer holding the default queue's lease."""
     value = client.broker.sync.client.get(client.broker.keys.queue("default").history_lease)
@@ -132,6 +137,8 @@ def test_runworker_writes_history_from_a_child_and_starts_another_when_it_dies(
     writers = _writers_under(worker.pid)
     assert len(writers) == 1 and writers[0] != worker.pid
     assert _lease_holder(blitzq_redis) == writers[0]
+    # The writer yields the CPU to the worker's tasks.
+    assert _niceness(writers[0]) == min(_niceness(worker.pid) + NICENESS, 19)
 
     # A writer killed mid-life: runworker starts another (after the dead one's lease
     # expires), which writes what came meanwhile; the worker never stopped.
@@ -140,6 +147,7 @@ def test_runworker_writes_history_from_a_child_and_starts_another_when_it_dies(
     wait_until(lambda: _all_written(env, second), 60, 0.1, "the rows after the kill")
     again = _writers_under(worker.pid)
     assert len(again) == 1 and again[0] != writers[0]
+    assert _niceness(again[0]) == min(_niceness(worker.pid) + NICENESS, 19)
     assert worker.poll() is None
     assert len(_rows(env)) == 100
 
