@@ -72,6 +72,12 @@ class Intake:
             backoff = FETCH_BACKOFF_MIN_S
             for delivery in deliveries:
                 self.admit(delivery)
+            if deliveries:
+                # Let the attempts just started take their first step before the next
+                # fetch is sent: sending it through redis.asyncio takes about 0.1 ms, which
+                # each of them waited for (fetch reply to task start, median: 0.17 ms
+                # without this pass, 0.08 ms with it, on Python 3.11).
+                await asyncio.sleep(0)
             if cfg.burst:
                 # Done when idle twice in a row: another promoter may have moved a message
                 # onto the queue between our empty fetch and our own promotion.
