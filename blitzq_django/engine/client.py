@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-MAX_BATCH = 1000  # messages per round trip in enqueue_many
 log = logging.getLogger("blitzq")
 
 
@@ -226,28 +225,25 @@ class Client:
 
     def enqueue_many(self, spec: TaskSpec, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                      call: CallOptions | None = None) -> list[TaskHandle]:
-        """Enqueue many messages, at most MAX_BATCH per round trip.
+        """Enqueue many messages (on Redis: 1,000 per script call, each call sent while
+        Redis runs the previous one).
 
         Every message is encoded (and checked) before the first one is written.
         """
         built = self.build_many(spec, list(calls), call)
-        handles: list[TaskHandle] = []
-        for start in range(0, len(built), MAX_BATCH):
-            chunk = built[start:start + MAX_BATCH]
-            ids = self.broker.enqueue(chunk)
-            handles += [TaskHandle(i, e.queue, self) for i, e in zip(ids, chunk, strict=True)]
-        return handles
+        if not built:
+            return []
+        ids = self.broker.enqueue(built)
+        return [TaskHandle(i, e.queue, self) for i, e in zip(ids, built, strict=True)]
 
     async def aenqueue_many(self, spec: TaskSpec,
                             calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                             call: CallOptions | None = None) -> list[TaskHandle]:
         built = self.build_many(spec, list(calls), call)
-        handles: list[TaskHandle] = []
-        for start in range(0, len(built), MAX_BATCH):
-            chunk = built[start:start + MAX_BATCH]
-            ids = await self.broker.aenqueue(chunk)
-            handles += [TaskHandle(i, e.queue, self) for i, e in zip(ids, chunk, strict=True)]
-        return handles
+        if not built:
+            return []
+        ids = await self.broker.aenqueue(built)
+        return [TaskHandle(i, e.queue, self) for i, e in zip(ids, built, strict=True)]
 
     @property
     def dead_letters(self) -> DeadLetters:

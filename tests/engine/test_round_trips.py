@@ -1,4 +1,4 @@
-"""A producer pays one round trip per enqueue (and one per 1000 in bulk)."""
+"""A producer pays one round trip per enqueue (and one write per 1000 in bulk)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import redis
 
-from blitzq_django.engine import Client, RedisBroker
+from blitzq_django.engine import BrokerUnavailable, Client, RedisBroker
+from blitzq_django.engine.core.message import Message, decode
 
 
 class CountingConnection(redis.Connection):
@@ -112,3 +113,84 @@ def test_bulk_enqueue_is_one_round_trip_per_1000(counted: RedisBroker) -> None:
     assert len(handles) == 2500
     assert CountingConnection.writes - writes == 3
     assert counted.queue_stats("default")["ready"] == 2500
+
+
+@pytest.mark.parametrize("flush", [False, True], ids=["scripts-loaded", "after-script-flush"])
+def test_bulk_enqueue_writes_every_message_once_in_order(counted: RedisBroker,
+                                                         redis_client: redis.Redis,
+                                                         flush: bool) -> None:
+    """Each group of 1,000 is sent before the last one's replies are read; after a
+    SCRIPT FLUSH (a Redis restart) every group's NOSCRIPT reply is run again, in order."""
+    client = Client(counted)
+
+    @client.task(name="t")
+    def t(x: int) -> None:
+        return None
+
+    t.enqueue(-1)  # loads the script
+    if flush:
+        redis_client.script_flush()
+    handles = t.enqueue_many([(i,) for i in range(2500)])
+    assert [m.args for m in _stream(counted, redis_client)] == [[-1], *([i] for i in range(2500))]
+    assert [h.id for h in handles] == [m.id for m in _stream(counted, redis_client)][1:]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("events_maxlen", [100_000, 0], ids=["events", "no-events"])
+async def test_async_bulk_enqueue_writes_every_message_once_in_order(
+        redis_url: str, namespace: str, redis_client: redis.Redis, events_maxlen: int) -> None:
+    broker = RedisBroker(redis_url, namespace=namespace, events_maxlen=events_maxlen)
+    client = Client(broker)
+
+    @client.task(name="t")
+    async def t(x: int) -> None:
+        return None
+
+    await t.aenqueue(-1)
+    redis_client.script_flush()
+    try:
+        handles = await t.aenqueue_many([(i,) for i in range(2500)])
+        written = _stream(broker, redis_client)
+        assert [m.args for m in written] == [[-1], *([i] for i in range(2500))]
+        assert [h.id for h in handles] == [m.id for m in written][1:]
+    finally:
+        await broker.aclose()
+        redis_client.delete(*redis_client.scan_iter(match=broker.keys.all_keys_pattern()))
+
+
+def _stream(broker: RedisBroker, redis_client: redis.Redis) -> list[Message]:
+    entries = redis_client.xrange(broker.keys.queue("default").stream)
+    return [decode(fields[b"m"]) for _id, fields in entries]
+
+
+def test_bulk_enqueue_cut_off_by_a_stalled_redis_leaves_no_reply_behind(
+        redis_url: str, namespace: str, redis_client: redis.Redis) -> None:
+    """Redis stalls (CLIENT PAUSE) while groups are in flight: the enqueue fails with
+    BrokerUnavailable and its connection is dropped (by redis-py on the timeout, by the
+    store on any other error), so no unread reply is left on a pooled connection to be
+    taken for the next call's."""
+    broker = RedisBroker(redis_url, namespace=namespace,
+                         redis_options={"socket_timeout": 0.2})
+    client = Client(broker)
+
+    @client.task(name="t")
+    def t(x: int) -> None:
+        return None
+
+    try:
+        t.enqueue(-1)  # loads the script
+        redis_client.client_pause(10_000, all=False)  # every write waits
+        try:
+            with pytest.raises(BrokerUnavailable):
+                t.enqueue_many([(i,) for i in range(2500)])
+        finally:
+            redis_client.client_unpause()
+        before = {m.id for m in _stream(broker, redis_client)}
+        handles = t.enqueue_many([(i,) for i in range(2500, 5000)])
+        after = [m for m in _stream(broker, redis_client) if m.id not in before]
+        assert [m.args for m in after] == [[i] for i in range(2500, 5000)]
+        assert [h.id for h in handles] == [m.id for m in after]
+    finally:
+        broker.close()
+        redis_client.delete(*redis_client.scan_iter(match=broker.keys.all_keys_pattern()))
+

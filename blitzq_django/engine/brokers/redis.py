@@ -49,6 +49,10 @@ from .base import (
 
 log = logging.getLogger("blitzq.broker")
 
+#: Messages per enqueue script call, and per write of a many-message enqueue: a script
+#: holds Redis for its whole run (1,000 messages with their events: about 2 ms).
+MAX_BATCH = 1000
+
 RESULT_POLL_S = 5.0  # safety net under pub/sub wake-ups: a lost notification costs this
 #: How far past its timeout a result wait may run: the last read of the record gets this
 #: long to answer before a silent Redis counts as unavailable.
@@ -187,14 +191,34 @@ class RedisBroker:
     def _enqueue_plan(self, items: Sequence[Enqueue]) -> tuple[list[Op], list[list[int]]]:
         """The ops writing ``items`` and the indexes of the items each one writes: one op
         per item with events off (a plain message is a bare XADD), else one script call per
-        lane, every message of it atomic with its event."""
+        lane and MAX_BATCH messages, every message of it atomic with its event."""
         if not self.events_maxlen:
             return [self._enqueue_op(i) for i in items], [[n] for n in range(len(items))]
         lanes: dict[tuple[str, str | None], list[int]] = {}
         for n, item in enumerate(items):
             lanes.setdefault((item.queue, item.priority), []).append(n)
-        return ([self._script_op(self.keys.queue(*lane), [items[n] for n in indexes])
-                 for lane, indexes in lanes.items()], list(lanes.values()))
+        batch: list[Op] = []
+        plan: list[list[int]] = []
+        for lane, indexes in lanes.items():
+            keys = self.keys.queue(*lane)
+            for start in range(0, len(indexes), MAX_BATCH):
+                chunk = indexes[start:start + MAX_BATCH]
+                batch.append(self._script_op(keys, [items[n] for n in chunk]))
+                plan.append(chunk)
+        return batch, plan
+
+    @staticmethod
+    def _groups(batch: list[Op], plan: list[list[int]]) -> list[list[Op]]:
+        """The ops in groups of at most MAX_BATCH messages, each group sent in one write."""
+        groups: list[list[Op]] = [[]]
+        held = 0
+        for op, indexes in zip(batch, plan, strict=True):
+            if held and held + len(indexes) > MAX_BATCH:
+                groups.append([])
+                held = 0
+            groups[-1].append(op)
+            held += len(indexes)
+        return groups
 
     @staticmethod
     def _ids(items: Sequence[Enqueue], plan: list[list[int]], replies: list[Any]) -> list[str]:
@@ -207,20 +231,25 @@ class RedisBroker:
         return ids
 
     def enqueue(self, items: Sequence[Enqueue]) -> list[str]:
+        if not items:
+            return []
         if len(items) == 1:
             reply = self.sync.run(self._enqueue_op(items[0]))
             return [reply[0][1] if type(reply) is list else items[0].message_id]
         batch, plan = self._enqueue_plan(items)
-        replies = [self.sync.run(batch[0])] if len(batch) == 1 else self.sync.run_many(batch)
+        replies = ([self.sync.run(batch[0])] if len(batch) == 1
+                   else self.sync.run_streamed(self._groups(batch, plan)))
         return self._ids(items, plan, replies)
 
     async def aenqueue(self, items: Sequence[Enqueue]) -> list[str]:
+        if not items:
+            return []
         if len(items) == 1:
             reply = await self.aio.run(self._enqueue_op(items[0]))
             return [reply[0][1] if type(reply) is list else items[0].message_id]
         batch, plan = self._enqueue_plan(items)
         replies = ([await self.aio.run(batch[0])] if len(batch) == 1
-                   else await self.aio.run_many(batch))
+                   else await self.aio.run_streamed(self._groups(batch, plan)))
         return self._ids(items, plan, replies)
 
     # -- reading state -------------------------------------------------------

@@ -1,5 +1,7 @@
 """Stores run ops on a redis-py client: SyncStore on redis.Redis, AsyncStore on
-redis.asyncio.Redis. Same ops, same error mapping, one round trip per call.
+redis.asyncio.Redis. Same ops, same error mapping, one round trip per call, except
+``run_streamed``: groups of ops on one connection, each group sent before the previous
+one's replies are read, so that Redis runs one group while this process packs the next.
 
 Scripts are called by SHA; a NOSCRIPT reply (script cache emptied by a Redis
 restart or failover) loads the script and runs only the ops that did not run.
@@ -21,7 +23,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -128,6 +130,26 @@ def _unrun(ops: Sequence[Op], replies: list[Any]) -> list[int]:
     return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
 
 
+def _command(op: Op) -> tuple[Any, ...]:
+    if op.script is None:
+        return op.command
+    return ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
+
+
+def _pooled(pool: Any) -> Any:
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        return pool.get_connection("EVALSHA")
+
+
+async def _apooled(pool: Any) -> Any:
+    try:
+        return await pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        return await pool.get_connection("EVALSHA")
+
+
 def _finish(ops: Sequence[Op], replies: list[Any]) -> list[Any]:
     out = []
     for op, reply in zip(ops, replies, strict=True):
@@ -165,21 +187,62 @@ class SyncStore:
         if not ops:
             return []
         with mapped_errors(self.url):
-            replies = self._pipeline(ops)
-            missing = _unrun(ops, replies)
-            if missing:
-                for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
-                    self.client.script_load(script)
-                again = self._pipeline([ops[i] for i in missing])
-                for i, reply in zip(missing, again, strict=True):
-                    replies[i] = reply
-            return _finish(ops, replies)
+            return self._settled(ops, self._pipeline(ops))
+
+    def _settled(self, ops: Sequence[Op], replies: list[Any]) -> list[Any]:
+        """The results of ``ops`` from their ``replies``, after loading the scripts a
+        NOSCRIPT reply names and running again the ops it stopped."""
+        missing = _unrun(ops, replies)
+        if missing:
+            for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
+                self.client.script_load(script)
+            again = self._pipeline([ops[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return _finish(ops, replies)
 
     def _pipeline(self, ops: Sequence[Op]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
             _queue(pipe, op)
         return pipe.execute(raise_on_error=False)
+
+    def run_streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
+        """Every op's result, in order, as run_many() of all groups would give, but each
+        group is sent before the previous one's replies are read (one connection): Redis
+        runs a group while this process packs the next and parses the last. Not a
+        transaction, and an error of one op does not stop the others."""
+        with mapped_errors(self.url):
+            return self._settled([op for group in groups for op in group],
+                                 self._streamed(groups))
+
+    def _streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
+        pool, parse = self.client.connection_pool, self.client.parse_response
+        connection = _pooled(pool)
+        replies: list[Any] = []
+
+        def read(group: Sequence[Op]) -> None:
+            for op in group:
+                name = op.command[0] if op.script is None else "EVALSHA"
+                try:
+                    replies.append(parse(connection, name))
+                except ResponseError as exc:
+                    replies.append(exc)
+
+        try:
+            previous: Sequence[Op] = ()
+            for group in groups:
+                connection.send_packed_command(
+                    connection.pack_commands([_command(op) for op in group]))
+                read(previous)
+                previous = group
+            read(previous)
+        except BaseException:
+            connection.disconnect()  # replies may be left unread on it
+            raise
+        finally:
+            pool.release(connection)
+        return replies
 
     def close(self) -> None:
         self.client.close()
@@ -232,7 +295,9 @@ class AsyncStore:
                 return await self._run_many(ops)
 
     async def _run_many(self, ops: Sequence[Op]) -> list[Any]:
-        replies = await self._pipeline(ops)
+        return await self._settled(ops, await self._pipeline(ops))
+
+    async def _settled(self, ops: Sequence[Op], replies: list[Any]) -> list[Any]:
         missing = _unrun(ops, replies)
         if missing:
             for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
@@ -247,6 +312,41 @@ class AsyncStore:
         for op in ops:
             _queue(pipe, op)
         return await pipe.execute(raise_on_error=False)
+
+    async def run_streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
+        """SyncStore.run_streamed() on redis.asyncio."""
+        with mapped_errors(self.url):
+            async with asyncio.timeout(self.timeout):
+                return await self._settled([op for group in groups for op in group],
+                                           await self._streamed(groups))
+
+    async def _streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
+        pool, parse = self.client.connection_pool, self.client.parse_response
+        connection = await _apooled(pool)
+        replies: list[Any] = []
+
+        async def read(group: Sequence[Op]) -> None:
+            for op in group:
+                name = op.command[0] if op.script is None else "EVALSHA"
+                try:
+                    replies.append(await parse(connection, name))
+                except ResponseError as exc:
+                    replies.append(exc)
+
+        try:
+            previous: Sequence[Op] = ()
+            for group in groups:
+                await connection.send_packed_command(
+                    connection.pack_commands([_command(op) for op in group]))
+                await read(previous)
+                previous = group
+            await read(previous)
+        except BaseException:
+            await connection.disconnect()  # replies may be left unread on it
+            raise
+        finally:
+            await pool.release(connection)
+        return replies
 
     async def close(self) -> None:
         await self.client.aclose()
