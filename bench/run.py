@@ -1091,9 +1091,10 @@ NOTES: list[str] = [
     "at-most-once, so not like for like with the reliable rows), `blitzq-django` and "
     "`blitzq-django-async` (`manage.py runworker`, BLITZQ defaults). 'Fastest peer' never "
     "picks one of them.",
-    "- runworker's defaults run a history-writer thread (HISTORY 'all': every task becomes a "
-    "TaskRecord row, here on SQLite) and an outbox-relay thread in the worker process; they "
-    "share its GIL. See the Django path section for what they cost.",
+    "- runworker's defaults run a history writer (HISTORY 'all': every task becomes a "
+    "TaskRecord row, here on SQLite) in a child process, 10 nicer than the worker, and an "
+    "outbox-relay thread in the worker process. See the Django path section for what they "
+    "cost.",
     "- The raw floor (d) writes a short record value (the entry id) per message and XACKs "
     "each entry on its own; blitzq's record is a msgpack document of about 150 bytes, and its "
     "settle script also reads ownership once per batch (one XPENDING over the batch's id "
