@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -160,24 +162,42 @@ def _finish(ops: Sequence[Op], replies: list[Any]) -> list[Any]:
 
 
 class SyncStore:
+    """``run`` uses a connection the calling thread keeps (one of ``client``'s pool, given
+    back when the thread ends): taking a connection from redis-py's pool and giving it
+    back cost about a fifth of a lone command's time (~20 µs of ~100 µs for an XADD on
+    loopback). The other calls use ``client`` as it is."""
+
     def __init__(self, client: redis.Redis, url: str = "") -> None:
         self.client = client
         self.url = url
+        self._local = threading.local()
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> SyncStore:
         return cls(redis.Redis.from_url(url, **client_options(options, url)), url)
 
+    def _own(self) -> redis.Redis:
+        """This thread's client, made again in a forked child (the parent's connection is
+        not its own: redis-py closes the child's copy without shutting the socket down)."""
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.client = None
+            local.client = redis.Redis(connection_pool=self.client.connection_pool,
+                                       single_connection_client=True)
+            local.pid = os.getpid()
+        return local.client
+
     def run(self, op: Op) -> Any:
         # try/except rather than `with mapped_errors`: this is every enqueue's path.
         try:
+            client = self._own()
             if op.script is None:
-                return op.result(self.client.execute_command(*op.command))
+                return op.result(client.execute_command(*op.command))
             try:
-                reply = self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+                reply = client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
             except NoScriptError:
-                self.client.script_load(op.script.source)
-                reply = self.client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+                client.script_load(op.script.source)
+                reply = client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
             return op.result(reply)
         except REDIS_ERRORS as exc:
             raise mapped(exc, self.url) from exc
