@@ -18,6 +18,7 @@ from blitzq_django.engine import (
     current_task,
 )
 from blitzq_django.engine.core import record as states
+from blitzq_django.engine.core.message import decode
 
 from ..support.redis_server import RedisServer, free_port, redis_server_binary
 from ..support.waiting import await_until, wait_until
@@ -401,4 +402,39 @@ def test_a_password_protected_redis_works_end_to_end() -> None:
         assert handle.result(timeout=5) == 5
     finally:
         client.broker.close()  # type: ignore[attr-defined]
+        server.stop()
+
+
+@pytest.mark.asyncio
+async def test_bulk_enqueue_rides_over_a_redis_restart() -> None:
+    """The connections the producer keeps (a thread's own, the pooled one bulk groups go
+    out on) died with the old server: the next enqueues reconnect, and each message is
+    written once."""
+    if redis_server_binary() is None:
+        pytest.skip("needs a redis-server binary to restart on the same port")
+    port = free_port()
+    server = RedisServer(port=port).start()
+    client = Client(RedisBroker(f"redis://127.0.0.1:{port}/0"))
+
+    @client.task(name="t")
+    def t(x: int) -> None:
+        return None
+
+    try:
+        t.enqueue(-1)
+        t.enqueue_many([(i,) for i in range(10)])
+        await t.aenqueue_many([(i,) for i in range(10)])
+        server.stop()
+        server = RedisServer(port=port).start()  # empty: it keeps nothing on disk
+        t.enqueue_many([(i,) for i in range(2500)])
+        await t.aenqueue_many([(i,) for i in range(2500, 5000)])
+        t.enqueue(5000)
+        raw = redis.Redis(port=port)
+        entries = raw.xrange(client.broker.keys.queue("default").stream)  # type: ignore[attr-defined]
+        args = [decode(fields[b"m"]).args[0] for _id, fields in entries]
+        assert args == list(range(5001))
+        raw.close()
+    finally:
+        client.broker.close()  # type: ignore[attr-defined]
+        await client.broker.aclose()  # type: ignore[attr-defined]
         server.stop()

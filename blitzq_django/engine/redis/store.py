@@ -132,6 +132,10 @@ def _unrun(ops: Sequence[Op], replies: list[Any]) -> list[int]:
     return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
 
 
+def _name(op: Op) -> Any:
+    return op.command[0] if op.script is None else "EVALSHA"
+
+
 def _command(op: Op) -> tuple[Any, ...]:
     if op.script is None:
         return op.command
@@ -243,13 +247,13 @@ class SyncStore:
 
         def read(group: Sequence[Op]) -> None:
             for op in group:
-                name = op.command[0] if op.script is None else "EVALSHA"
                 try:
-                    replies.append(parse(connection, name))
+                    replies.append(parse(connection, _name(op)))
                 except ResponseError as exc:
                     replies.append(exc)
 
-        try:
+        def stream() -> list[Any]:
+            replies.clear()
             previous: Sequence[Op] = ()
             for group in groups:
                 connection.send_packed_command(
@@ -257,12 +261,22 @@ class SyncStore:
                 read(previous)
                 previous = group
             read(previous)
+            return replies
+
+        def fail(error: Exception) -> None:
+            connection.disconnect()
+            if replies:  # some groups ran: sending them again would write them twice
+                raise error
+
+        try:
+            # As redis-py retries a command: a connection error reconnects and sends
+            # again (a Redis restart), but only while no reply has come back.
+            return connection.retry.call_with_retry(stream, fail)
         except BaseException:
             connection.disconnect()  # replies may be left unread on it
             raise
         finally:
             pool.release(connection)
-        return replies
 
     def close(self) -> None:
         self.client.close()
@@ -347,13 +361,13 @@ class AsyncStore:
 
         async def read(group: Sequence[Op]) -> None:
             for op in group:
-                name = op.command[0] if op.script is None else "EVALSHA"
                 try:
-                    replies.append(await parse(connection, name))
+                    replies.append(await parse(connection, _name(op)))
                 except ResponseError as exc:
                     replies.append(exc)
 
-        try:
+        async def stream() -> list[Any]:
+            replies.clear()
             previous: Sequence[Op] = ()
             for group in groups:
                 await connection.send_packed_command(
@@ -361,12 +375,20 @@ class AsyncStore:
                 await read(previous)
                 previous = group
             await read(previous)
+            return replies
+
+        async def fail(error: Exception) -> None:
+            await connection.disconnect()
+            if replies:
+                raise error
+
+        try:
+            return await connection.retry.call_with_retry(stream, fail)
         except BaseException:
             await connection.disconnect()  # replies may be left unread on it
             raise
         finally:
             await pool.release(connection)
-        return replies
 
     async def close(self) -> None:
         await self.client.aclose()
