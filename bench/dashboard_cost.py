@@ -186,7 +186,7 @@ def steady_run(rate: int, seconds: float, dashboards: int, env: dict[str, str],
         stats = client.queue_stats("default")
         if stats.ready == 0 and stats.in_flight == 0:
             break
-        time.sleep(0.02)  # sleep: polling for the end of the backlog
+        time.sleep(0.02)  # (noqa: sleep) polling for the end of the backlog
     lag_s = time.monotonic() - ended
     worker.send_signal(signal.SIGTERM)
     done = last_json(worker)

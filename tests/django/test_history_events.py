@@ -38,7 +38,7 @@ def _run_until_idle(client: Client, n: int) -> None:
         deadline = asyncio.get_running_loop().time() + 20
         while sum(e.terminal for e in client.events("default", count=10_000)) < n:
             assert asyncio.get_running_loop().time() < deadline, "tasks did not finish"
-            await asyncio.sleep(0.01)  # sleep: the poll step of a deadline-bounded wait
+            await asyncio.sleep(0.01)  # (noqa: sleep) the poll step of a deadline-bounded wait
         worker.stop()
         await task
 

@@ -55,7 +55,7 @@ def meet(folder: str, expected: int, limit: float = 10.0) -> int:
     while len(met := [n for n in os.listdir(folder) if n.isdigit()]) < expected:
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {len(met)} of {expected} met")
-        time.sleep(0.005)  # sleep: the poll step of a deadline-bounded wait
+        time.sleep(0.005)  # (noqa: sleep) the poll step of a deadline-bounded wait
     return pid
 
 
@@ -66,5 +66,5 @@ def wait_for(started: str, go: str, limit: float = 20.0) -> int:
     while not os.path.exists(go):
         if time.monotonic() > deadline:
             raise TimeoutError("never told to go")
-        time.sleep(0.005)  # sleep: the poll step of a deadline-bounded wait
+        time.sleep(0.005)  # (noqa: sleep) the poll step of a deadline-bounded wait
     return os.getpid()

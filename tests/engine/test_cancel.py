@@ -140,7 +140,7 @@ async def test_worker_side_cancels_write_valid_event_paths(
     @client.task(name="slow")
     async def slow() -> None:
         started.set()
-        await asyncio.sleep(60)  # sleep: the task body: work the cancel cuts short
+        await asyncio.sleep(60)  # (noqa: sleep) the task body: work the cancel cuts short
 
     queued = await slow.aenqueue()
     await queued.acancel()
@@ -234,7 +234,7 @@ async def test_cancel_of_a_running_async_task_interrupts_it_within_100_ms(
     async def slow() -> str:
         started.set()
         try:
-            await asyncio.sleep(60)  # sleep: the task body: work the cancel cuts short
+            await asyncio.sleep(60)  # (noqa: sleep) the task body: work the cancel cuts short
         except asyncio.CancelledError:
             interrupted.append(time.perf_counter())
             raise
@@ -277,7 +277,7 @@ async def test_cancel_of_a_running_def_task_sets_its_flag_and_records_its_outcom
         while not task.cancelled:  # a long loop that stops early once cancelled
             if time.monotonic() > deadline:
                 return "ran to the end"
-            time.sleep(0.001)  # sleep: the task body's own work
+            time.sleep(0.001)  # (noqa: sleep) the task body's own work
         seen.append(current_task().cancelled)  # type: ignore[union-attr]
         return "stopped early"
 
@@ -401,7 +401,7 @@ async def test_a_lost_pubsub_message_still_cancels_by_the_periodic_read(
     @client.task(name="slow")
     async def slow() -> None:
         started.set()
-        await asyncio.sleep(60)  # sleep: the task body: work the cancel cuts short
+        await asyncio.sleep(60)  # (noqa: sleep) the task body: work the cancel cuts short
 
     h = await slow.aenqueue()
     async with background_worker(client) as worker:
@@ -451,14 +451,14 @@ async def test_cancel_raced_against_workers_starting_it_never_both_never_neither
         @client.task(name="work")
         async def work(n: int) -> int:
             started[n] += 1
-            await asyncio.sleep(0.002)  # sleep: the task's own work: a cancel may land in it
+            await asyncio.sleep(0.002)  # (noqa: sleep) the task's own work: a cancel may land in it
             completed.add(n)  # the last statement: nothing awaits after it
             return n
     else:
         @client.task(name="work")
         def work(n: int) -> int:
             started[n] += 1
-            time.sleep(0.002)  # sleep: the task's own work, in its thread
+            time.sleep(0.002)  # (noqa: sleep) the task's own work, in its thread
             completed.add(n)
             return n
 
@@ -476,7 +476,7 @@ async def test_cancel_raced_against_workers_starting_it_never_both_never_neither
             else:
                 h = await call.aenqueue(n)
                 if pause:
-                    await asyncio.sleep(pause)  # sleep: where the cancel lands is the point
+                    await asyncio.sleep(pause)  # (noqa: sleep) where the cancel lands is the point
                 if n % 3 == 0:  # a producer in another thread (the sync client)
                     cancellation = await asyncio.to_thread(client.cancel, h.id)
                 else:
@@ -508,7 +508,7 @@ def test_memory_broker_cancel_from_another_thread_reaches_the_worker_loop() -> N
     @client.task(name="slow")
     async def slow() -> None:
         started.set()
-        await asyncio.sleep(60)  # sleep: the task body: work the cancel cuts short
+        await asyncio.sleep(60)  # (noqa: sleep) the task body: work the cancel cuts short
 
     h = slow.enqueue()
 

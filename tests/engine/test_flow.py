@@ -461,7 +461,7 @@ async def test_concurrency_bounds_running_attempts(client: Client) -> None:
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await asyncio.sleep(0.01)  # sleep: the attempt's own work, so attempts overlap
+        await asyncio.sleep(0.01)  # (noqa: sleep) the attempt's own work, so attempts overlap
         running -= 1
 
     t.enqueue_many([() for _ in range(40)])

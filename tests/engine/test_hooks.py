@@ -30,7 +30,7 @@ class Calls:
 
     def ahook(self, name: str) -> Any:
         async def call(value: Any) -> None:
-            await asyncio.sleep(0)  # sleep: a real coroutine that suspends once
+            await asyncio.sleep(0)  # (noqa: sleep) a real coroutine that suspends once
             with self._lock:
                 self.items.append((name, value))
         return call

@@ -285,11 +285,11 @@ def test_async_task_that_overruns_its_timeout_fails_anyway(client: Client, kind:
     async def overrun() -> str:
         if kind == "swallows-cancel":
             try:
-                await asyncio.sleep(5)  # sleep: the task body: work the timeout cuts short
+                await asyncio.sleep(5)  # (noqa: sleep) the task body: work the timeout cuts short
             except asyncio.CancelledError:
                 return "fallback"
         else:
-            time.sleep(0.3)  # noqa: ASYNC251 - blocking work in an async task
+            time.sleep(0.3)  # noqa: ASYNC251 - blocking work in an async task (noqa: sleep)
         return "late"
 
     # Several, one after the other: a cancellation caught right at the timeout must be seen
@@ -360,7 +360,7 @@ def test_per_call_timeout_applies_to_async_tasks(client: Client) -> None:
 
     @client.task(name="patient", timeout=30, dead_letter=False)
     async def patient() -> str:
-        await asyncio.sleep(5)  # sleep: the task body: work the timeout cuts short
+        await asyncio.sleep(5)  # (noqa: sleep) the task body: work the timeout cuts short
         return "done"
 
     h = patient.options(timeout=0.1).enqueue()

@@ -45,7 +45,7 @@ async def test_max_tasks_stops_the_worker_and_loses_nothing(client: Client, kind
         @client.task(name="t")
         async def t(i: int) -> int:
             runs[current_task().id] += 1  # type: ignore[union-attr]
-            await asyncio.sleep(0)  # sleep: a task body that yields once
+            await asyncio.sleep(0)  # (noqa: sleep) a task body that yields once
             return i
 
     ids = [h.id for h in t.enqueue_many([(i,) for i in range(40)])]

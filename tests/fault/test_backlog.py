@@ -163,7 +163,7 @@ class Faults:
             for at, action in plan:
                 delay = begin + at - time.monotonic()
                 if delay > 0:
-                    time.sleep(delay)  # sleep: the fault schedule's deliberate gaps
+                    time.sleep(delay)  # (noqa: sleep) the fault schedule's deliberate gaps
                 self.check_exits()
                 if finished():
                     break

@@ -55,9 +55,9 @@ class Producer(threading.Thread):
                 except BlitzqError:
                     self.errors += 1
                     self.indeterminate.add(message_id)
-                    time.sleep(backoff)  # sleep: the producer backs off before retrying
+                    time.sleep(backoff)  # (noqa: sleep) the producer backs off before retrying
                     backoff = min(backoff * 2, 1.0)
-            time.sleep(0.005)  # sleep: the producer paces itself, about 150 messages a second
+            time.sleep(0.005)  # (noqa: sleep) pacing: about 150 messages a second
 
 
 def test_redis_restart_loses_no_acknowledged_work(durable_redis: RedisServer,
@@ -76,7 +76,7 @@ def test_redis_restart_loses_no_acknowledged_work(durable_redis: RedisServer,
                    message="the long attempts to start")
         durable_redis.kill()
         killed_at = time.monotonic()
-        time.sleep(1.0)  # sleep: the deliberate outage: Redis stays down for 1 s
+        time.sleep(1.0)  # (noqa: sleep) the deliberate outage: Redis stays down for 1 s
         done_before = len(scenario.ledger.done_ids())
         durable_redis.start()
         back_at = time.monotonic()

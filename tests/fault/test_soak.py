@@ -28,7 +28,7 @@ def test_soak_random_sigkills_lose_nothing(scenario: Scenario) -> None:
     killed: list[int] = []
     last_kill = started
     while len(killed) < KILLS and len(scenario.ledger.done_ids()) < TASKS:
-        time.sleep(KILL_EVERY_S)  # sleep: the deliberate gap between two kills
+        time.sleep(KILL_EVERY_S)  # (noqa: sleep) the deliberate gap between two kills
         children = wait_until(lambda: [p for p in pool.children() if not pid_gone(p)], 10,
                               interval=0.05, message="a live child to kill")
         victim = rnd.choice(children)

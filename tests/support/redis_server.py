@@ -71,7 +71,7 @@ class RedisServer:
             except redis.ConnectionError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not start on port {self.port}") from None
-                time.sleep(0.02)  # sleep: polling a starting server for readiness
+                time.sleep(0.02)  # (noqa: sleep) polling a starting server for readiness
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

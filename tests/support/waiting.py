@@ -19,7 +19,7 @@ def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: floa
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)  # sleep: the poll step of a deadline-bounded wait
+        time.sleep(interval)  # (noqa: sleep) the poll step of a deadline-bounded wait
 
 
 async def await_until(condition: Callable[[], Awaitable[T] | T], timeout: float = 10.0,
@@ -34,4 +34,4 @@ async def await_until(condition: Callable[[], Awaitable[T] | T], timeout: float 
             return value  # type: ignore[return-value]
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        await asyncio.sleep(interval)  # sleep: the poll step of a deadline-bounded wait
+        await asyncio.sleep(interval)  # (noqa: sleep) the poll step of a deadline-bounded wait

@@ -144,7 +144,7 @@ class Command(BaseCommand):
                 self._stop(server)
                 raise CommandError(f"daphne did not start on port {port} (another server "
                                    f"there? try --port):\n" + log_path.read_text()[-2000:])
-            time.sleep(0.1)  # sleep: polling a starting server's port
+            time.sleep(0.1)  # (noqa: sleep) polling a starting server's port
         url = f"http://127.0.0.1:{port}/admin/blitzq_django/queueoverview/dashboard/"
         self.stdout.write(self.style.SUCCESS(f"dashboard: {url}"))
         self.stdout.write(f"  log in as demo / {password}   (daphne log: {log_path})")
@@ -170,7 +170,7 @@ class Command(BaseCommand):
                     flaky.enqueue(f"{queue}-serve-{tick}")
                 if tick % 10 == 0:
                     doomed.enqueue(f"4000-0000-0000-{random.randrange(10_000):04d}")
-                time.sleep(1.0)  # sleep: the demo's pace, a second per wave step
+                time.sleep(1.0)  # (noqa: sleep) the demo's pace, a second per wave step
         except KeyboardInterrupt:
             self.stdout.write("\nstopping the worker and the server...")
 
@@ -184,7 +184,7 @@ class Command(BaseCommand):
                                    + log_path.read_text()[-2000:])
             if time.monotonic() > deadline:
                 raise CommandError(f"the worker did not start within 30 s (see {log_path})")
-            time.sleep(0.05)  # sleep: polling a starting process's log
+            time.sleep(0.05)  # (noqa: sleep) polling a starting process's log
 
     @staticmethod
     def _plan(n: int, queue: str) -> list[tuple[Any, list[Any]]]:
@@ -242,7 +242,7 @@ class Command(BaseCommand):
                         done += 1
                 bar.update(done)
                 if waiting:
-                    time.sleep(POLL_S)  # sleep: progress polling at a human pace
+                    time.sleep(POLL_S)  # (noqa: sleep) progress polling at a human pace
         return states, time.monotonic() - started, enqueue_s
 
     @staticmethod
