@@ -121,17 +121,6 @@ def run_until(connection: Any, op: Op, deadline: float) -> Any:
     return op.result(connection.read_response())
 
 
-def _queue(pipe: Any, op: Op) -> None:
-    if op.script is not None:
-        pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
-    else:
-        pipe.execute_command(*op.command)
-
-
-def _unrun(ops: Sequence[Op], replies: list[Any]) -> list[int]:
-    return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-
-
 def _name(op: Op) -> Any:
     return op.command[0] if op.script is None else "EVALSHA"
 
@@ -140,6 +129,14 @@ def _command(op: Op) -> tuple[Any, ...]:
     if op.script is None:
         return op.command
     return ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
+
+
+def _queue(pipe: Any, op: Op) -> None:
+    pipe.execute_command(*_command(op))
+
+
+def _unrun(ops: Sequence[Op], replies: list[Any]) -> list[int]:
+    return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
 
 
 def _pooled(pool: Any) -> Any:
@@ -197,11 +194,12 @@ class SyncStore:
             client = self._own()
             if op.script is None:
                 return op.result(client.execute_command(*op.command))
+            command = _command(op)
             try:
-                reply = client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+                reply = client.execute_command(*command)
             except NoScriptError:
                 client.script_load(op.script.source)
-                reply = client.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+                reply = client.execute_command(*command)
             return op.result(reply)
         except REDIS_ERRORS as exc:
             raise mapped(exc, self.url) from exc
@@ -310,13 +308,12 @@ class AsyncStore:
             async with asyncio.timeout(self.timeout):
                 if op.script is None:
                     return op.result(await self.client.execute_command(*op.command))
+                command = _command(op)
                 try:
-                    reply = await self.client.evalsha(op.script.sha, len(op.keys), *op.keys,
-                                                      *op.args)
+                    reply = await self.client.execute_command(*command)
                 except NoScriptError:
                     await self.client.script_load(op.script.source)
-                    reply = await self.client.evalsha(op.script.sha, len(op.keys), *op.keys,
-                                                      *op.args)
+                    reply = await self.client.execute_command(*command)
                 return op.result(reply)
         except REDIS_ERRORS as exc:
             raise mapped(exc, self.url) from exc
