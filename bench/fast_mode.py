@@ -136,24 +136,11 @@ def main() -> None:
     args = p.parse_args()
 
     sys.path.insert(0, str(ROOT / "bench"))
-    from run import redis_url_or_private  # bench/run.py: the private redis-server helper
+    from run import interleaved  # bench/run.py
 
-    url, server = redis_url_or_private()
-    runs: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
-    try:
-        for repeat in range(args.repeats):
-            order = MODES if repeat % 2 == 0 else MODES[::-1]
-            for workload in ("dispatch", "latency"):
-                for mode in order:
-                    result = run(url, mode, workload, args)
-                    print(json.dumps({"repeat": repeat, "workload": workload, **result}),
-                          flush=True)
-                    for key, value in result.items():
-                        if isinstance(value, float):
-                            runs[mode].setdefault(key, []).append(value)
-    finally:
-        if server is not None:
-            server.stop()
+    runs = interleaved(MODES, args.repeats,
+                       lambda url, mode, workload: run(url, mode, workload, args),
+                       stages=("dispatch", "latency"), arm_key="mode", stage_key="workload")
 
     medians = {m: {k: statistics.median(v) for k, v in runs[m].items()} for m in MODES}
     print("\nmedians of", args.repeats, "repeats:")

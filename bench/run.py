@@ -29,7 +29,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -124,6 +126,31 @@ def redis_url_or_private() -> tuple[str, RedisServer | None]:
         return url, None
     server = RedisServer()
     return server.start(), server
+
+
+def interleaved(arms: tuple[str, ...], repeats: int,
+                run_one: Callable[[str, str, str], dict[str, Any]], *,
+                stages: tuple[str, ...] = ("",), arm_key: str = "arm",
+                stage_key: str = "stage") -> dict[str, dict[str, list[float]]]:
+    """``run_one(url, arm, stage)`` for every stage and arm in each of ``repeats`` rounds,
+    the arms' order swapped every round, on REDIS_URL or a private redis-server. Prints
+    each result as a JSON line; returns each arm's numeric results, by key, as lists."""
+    url, server = redis_url_or_private()
+    runs: dict[str, dict[str, list[float]]] = {a: {} for a in arms}
+    try:
+        for repeat in range(repeats):
+            for stage in stages:
+                for arm in arms if repeat % 2 == 0 else arms[::-1]:
+                    result = run_one(url, arm, stage)
+                    print(json.dumps({"repeat": repeat, **({stage_key: stage} if stage else {}),
+                                      arm_key: arm, **result}), flush=True)
+                    for key, value in result.items():
+                        if isinstance(value, float):
+                            runs[arm].setdefault(key, []).append(value)
+    finally:
+        if server is not None:
+            server.stop()
+    return runs
 
 
 def _acct_url(url: str) -> str:

@@ -110,20 +110,9 @@ def main() -> None:
     args = p.parse_args()
 
     sys.path.insert(0, str(ROOT / "bench"))
-    from run import redis_url_or_private  # bench/run.py: the private redis-server helper
+    from run import interleaved  # bench/run.py
 
-    url, server = redis_url_or_private()
-    runs: dict[str, dict[str, list[float]]] = {a: {} for a in ARMS}
-    try:
-        for repeat in range(args.repeats):
-            for arm in ARMS if repeat % 2 == 0 else ARMS[::-1]:
-                result = run(url, arm, args)
-                print(json.dumps({"repeat": repeat, "arm": arm, **result}), flush=True)
-                for key, value in result.items():
-                    runs[arm].setdefault(key, []).append(value)
-    finally:
-        if server is not None:
-            server.stop()
+    runs = interleaved(ARMS, args.repeats, lambda url, arm, _stage: run(url, arm, args))
 
     medians = {a: {k: statistics.median(v) for k, v in runs[a].items()} for a in ARMS}
     ideal = 100 / args.sleep
