@@ -182,7 +182,6 @@ class SyncStore:
         not its own: redis-py closes the child's copy without shutting the socket down)."""
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
-            local.client = None
             local.client = redis.Redis(connection_pool=self.client.connection_pool,
                                        single_connection_client=True)
             local.pid = os.getpid()
