@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -168,17 +169,24 @@ def test_missed_runs_while_redis_is_down_follow_the_policy(
             if s.process.poll() is None:
                 s.kill()
     stamps = [int(i.rsplit(":", 1)[1]) for i in on_stream(scenario)]
+    logs = [s.text() for s in schedulers]
     scenario.close()
     assert len(stamps) == len(set(stamps)) and stamps == sorted(stamps)
     gaps = [(a, b) for a, b in itertools.pairwise(stamps) if b - a > EVERY_MS]
+    holes = [(b - a) // EVERY_MS - 1 for a, b in gaps]
     hole = 0
     if missed == "run_all":
         assert gaps == []  # every occurrence of the outage was caught up
     else:
-        # One hole: the outage (over a second: at least 10 occurrences). run_once ran the
-        # latest of them when Redis came back; skip ran none (they were over 50 ms late).
-        assert len(gaps) == 1, gaps
-        hole = (gaps[0][1] - gaps[0][0]) // EVERY_MS - 1
-        assert hole >= 9, gaps
+        # One hole for the outage (over a second: at least 10 occurrences). run_once ran
+        # the latest of them when Redis came back; skip ran none (they were over 50 ms
+        # late). A pass that both schedulers made late on a loaded machine (a stall of a
+        # few periods) leaves a smaller hole by the same rule: each hole is one a scheduler
+        # reported, occurrence by occurrence, in its "missed occurrence(s) skipped" line.
+        assert sum(hole >= 9 for hole in holes) == 1, gaps
+        reported = [int(n) for text in logs
+                    for n in re.findall(r"(\d+) missed occurrence\(s\) skipped", text)]
+        assert sorted(reported) == sorted(holes), (gaps, reported)
+        hole = max(holes)
     REPORTS.append(f"[fault] schedulers x2, Redis down >1 s, missed={missed}: "
                    f"{len(stamps)} dispatched, each once, hole {hole}")
