@@ -211,6 +211,10 @@ class ProgressReporter:
     ``interval_s``, else when it will be. Reports that arrive meanwhile replace the
     pending one, so the last report is always written and at most one write per
     ``interval_s`` is made per message.
+
+    When an attempt ends, ``before_outcome()`` writes its pending report at once: the
+    worker hands the outcome over once that write is done, so a follower that sees the
+    final state reads the last report with it (not one 0.1 s older).
     """
 
     def __init__(self, broker: Any, loop: asyncio.AbstractEventLoop,
@@ -221,7 +225,7 @@ class ProgressReporter:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], Progress] = {}
         self._last: dict[tuple[str, str], float] = {}  # loop only
-        self._writing: set[asyncio.Task[None]] = set()
+        self._writing: dict[tuple[str, str], asyncio.Task[None]] = {}  # the latest of each
         #: writes made (for tests and curiosity)
         self.writes = 0
 
@@ -263,8 +267,25 @@ class ProgressReporter:
         if len(self._last) > 1000:  # forget messages not written for a while
             self._last = {k: t for k, t in self._last.items() if now - t < self._interval * 2}
         task = self._loop.create_task(self._write(key, progress))
-        self._writing.add(task)
-        task.add_done_callback(self._writing.discard)
+        self._writing[key] = task
+        task.add_done_callback(lambda done: self._written(key, done))
+
+    def _written(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._writing.get(key) is task:
+            del self._writing[key]
+
+    def before_outcome(self, queue: str, message_id: str) -> asyncio.Task[None] | None:
+        """The write of this message's last report, started now if it was still pending
+        (its attempt has ended: no rate limit to keep), or None when nothing is being
+        written. (Loop only.) An outcome written after it cannot overtake it."""
+        if not self._pending and not self._writing:
+            return None  # the common case: no task reports progress
+        key = (queue, message_id)
+        with self._lock:
+            pending = key in self._pending
+        if pending:
+            self._flush(key)
+        return self._writing.get(key)
 
     async def _write(self, key: tuple[str, str], progress: Progress) -> None:
         try:
@@ -283,7 +304,7 @@ class ProgressReporter:
         for key in keys:
             self._flush(key)
         if self._writing:
-            await asyncio.wait(list(self._writing), timeout=timeout)
+            await asyncio.wait(list(self._writing.values()), timeout=timeout)
 
 
 # -- following -----------------------------------------------------------------------------

@@ -238,6 +238,20 @@ class Executor:
         """Hand over the attempt's settlement and give its slot back, whatever happens."""
         if held.state is not RUNNING:
             return  # requeued at shutdown while its thread ran on: the outcome is not ours
+        reporter = self._progress
+        if reporter is not None:
+            # Its last progress report first: a follower told "succeeded" reads it too.
+            write = reporter.before_outcome(held.message.queue, held.message.id)
+            if write is not None and not write.done():
+                write.add_done_callback(
+                    lambda _: self._conclude_now(held, error, value, started))
+                return
+        self._conclude_now(held, error, value, started)
+
+    def _conclude_now(self, held: Held, error: BaseException | None, value: Any,
+                      started: int) -> None:
+        if held.state is not RUNNING:
+            return
         try:
             policy, message = self._policy, held.message
             finished = now_ms()
