@@ -238,15 +238,20 @@ class Executor:
         """Hand over the attempt's settlement and give its slot back, whatever happens."""
         if held.state is not RUNNING:
             return  # requeued at shutdown while its thread ran on: the outcome is not ours
-        reporter = self._progress
-        if reporter is not None:
-            # Its last progress report first: a follower told "succeeded" reads it too.
-            write = reporter.before_outcome(held.message.queue, held.message.id)
-            if write is not None and not write.done():
-                write.add_done_callback(
-                    lambda _: self._conclude_now(held, error, value, started))
-                return
+        if self._progress is not None and self._progress_first(
+                held, self._conclude_now, held, error, value, started):
+            return
         self._conclude_now(held, error, value, started)
+
+    def _progress_first(self, held: Held, then: Callable[..., None], *args: Any) -> bool:
+        """True when ``then(*args)`` will run once the attempt's last progress report is
+        written: a follower told the outcome reads that report with it."""
+        assert self._progress is not None
+        write = self._progress.before_outcome(held.message.queue, held.message.id)
+        if write is None or write.done():
+            return False
+        write.add_done_callback(lambda _: then(*args))
+        return True
 
     def _conclude_now(self, held: Held, error: BaseException | None, value: Any,
                       started: int) -> None:
@@ -278,6 +283,9 @@ class Executor:
     def _conclude_cancelled(self, held: Held, started: int) -> None:
         """An async attempt interrupted by cancel(): recorded cancelled; its slot comes back."""
         if held.state is not RUNNING:
+            return
+        if self._progress is not None and self._progress_first(
+                held, self._conclude_cancelled, held, started):
             return
         try:
             message = held.message
