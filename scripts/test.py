@@ -113,32 +113,6 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
     return proc.wait(), result
 
 
-class Background:
-    """A command run beside others, its output kept in a file and printed whole by
-    ``finish()`` (two outputs interleaved line by line could not be read)."""
-
-    def __init__(self, title: str, cmd: list[str], env: dict[str, str]) -> None:
-        self.title, self.cmd = title, cmd
-        # Kept open while the command runs; finish() closes it.
-        self.output = tempfile.TemporaryFile(  # noqa: SIM115
-            mode="w+", encoding="utf-8", errors="replace")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.output,
-                                     stderr=subprocess.STDOUT)
-
-    def finish(self) -> tuple[int, str]:
-        code = self.proc.wait()
-        banner(self.title)
-        say("$ " + " ".join(self.cmd))
-        self.output.seek(0)
-        result = ""
-        for line in self.output:
-            sys.stdout.write(line)
-            result = result_line(line, result)
-        sys.stdout.flush()
-        self.output.close()
-        return code, result
-
-
 # -- virtualenvs ---------------------------------------------------------------
 
 
@@ -226,18 +200,35 @@ def step_pytest(name: str, venv: Path, args: list[str], env: dict[str, str]) -> 
 
 
 class PytestBeside:
-    """A pytest pass started now and reported by ``finish()``: see steps 4 and 5."""
+    """A pytest pass started now, beside others (steps 4 and 5): its output is kept in a
+    file and printed whole by ``finish()``, since two outputs interleaved line by line
+    could not be read."""
 
     def __init__(self, name: str, venv: Path, args: list[str], env: dict[str, str],
                  detail: str = "") -> None:
         self.name, self.detail = name, detail
+        self.cmd = pytest_command(venv, args, color=False)
         self.started = time.monotonic()
         say(f"started: {name}")
-        self.run = Background(name, pytest_command(venv, args, color=False), env)
+        # Kept open while pytest runs; finish() closes it.
+        self.output = tempfile.TemporaryFile(  # noqa: SIM115
+            mode="w+", encoding="utf-8", errors="replace")
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=env, stdout=self.output,
+                                     stderr=subprocess.STDOUT)
 
     def finish(self) -> Step:
-        code, result = self.run.finish()
-        step = pytest_step(self.name, code, result, time.monotonic() - self.started)
+        code = self.proc.wait()
+        seconds = time.monotonic() - self.started
+        banner(self.name)
+        say("$ " + " ".join(self.cmd))
+        self.output.seek(0)
+        result = ""
+        for line in self.output:
+            sys.stdout.write(line)
+            result = result_line(line, result)
+        sys.stdout.flush()
+        self.output.close()
+        step = pytest_step(self.name, code, result, seconds)
         if self.detail:
             step.detail = f"{self.detail}: {step.detail}"
         return step
