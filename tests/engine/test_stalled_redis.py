@@ -1,5 +1,6 @@
 """A stalled Redis (SIGSTOP: it accepts connections and reads nothing, like a black-holed
-network) costs a caller a bounded time and a BrokerUnavailable, never a hang.
+network) costs a caller a bounded time and a BrokerUnavailable, never a hang; a worker's
+outcome waiting on a progress write into the stall is settled all the same.
 
 Each test stops a redis-server of its own module, so the suite's Redis keeps serving the
 other tests. Calls run in a thread joined with a deadline (or under asyncio.wait_for), so
@@ -20,11 +21,18 @@ from typing import Any
 import pytest
 import redis
 
-from blitzq_django.engine import BrokerUnavailable, Client, RedisBroker, ResultTimeout
+from blitzq_django.engine import (
+    BrokerUnavailable,
+    Client,
+    RedisBroker,
+    ResultTimeout,
+    current_task,
+)
 from blitzq_django.engine.redis.store import SOCKET_TIMEOUT_S, client_options
 
 from ..support.redis_server import RedisServer
-from ..support.waiting import wait_until
+from ..support.waiting import await_until, wait_until
+from .helpers import background_worker
 
 MARGIN_S = 0.5  # how far past its own timeout a call may return
 SOCKET_TIMEOUT = 0.5  # small, so the enqueue tests run fast
@@ -178,4 +186,45 @@ async def test_aget_result_returns_within_its_timeout(server: RedisServer) -> No
         assert elapsed < 2 + MARGIN_S, elapsed
         print(f"aget_result(timeout=2) against a stalled Redis raised after {elapsed:.2f} s")
     finally:
+        await broker.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_last_progress_write_into_a_stall_still_lets_the_outcome_settle(
+        server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    # The outcome waits for the attempt's last progress write (engine/progress.py): when
+    # that write times out against a stalled Redis, the outcome is settled all the same.
+    broker = RedisBroker(server.url, namespace=f"stallp{os.getpid()}",
+                         redis_options={"socket_timeout": SOCKET_TIMEOUT})
+    client = Client(broker)
+    go = threading.Event()
+    runs: list[int] = []
+
+    @client.task(name="reports")
+    def reports() -> str:
+        task = current_task()
+        assert task is not None
+        runs.append(1)
+        task.progress(1, 3)  # written at once
+        go.wait(30)  # Redis stalls meanwhile
+        task.progress(2, 3)  # written at once (into the stall)
+        task.progress(3, 3)  # waits its turn: written when the attempt ends
+        return "done"
+
+    try:
+        handle = await reports.aenqueue()
+        async with background_worker(client) as worker:
+            await await_until(lambda: runs, 5, message="the attempt to start")
+            await await_until(lambda: worker.executor._progress.writes == 1, 5,
+                              message="the first report written")
+            with stalled(server):
+                go.set()
+                await await_until(lambda: "not written" in caplog.text, 5,
+                                  message="the last progress write to time out")
+            assert await handle.aresult(timeout=10) == "done"
+            await await_until(lambda: len(worker.inflight) == 0, 5, message="the slot back")
+        assert runs == [1]
+        assert worker.stats.lost_leases == 0
+    finally:
+        go.set()
         await broker.aclose()
