@@ -207,8 +207,10 @@ async def test_a_last_progress_write_into_a_stall_still_lets_the_outcome_settle(
         runs.append(1)
         task.progress(1, 3)  # written at once
         go.wait(30)  # Redis stalls meanwhile
-        task.progress(2, 3)  # written at once (into the stall)
-        task.progress(3, 3)  # waits its turn: written when the attempt ends
+        # Into the stall: the latest of these is written (at once, or when the attempt
+        # ends), and the outcome waits on that write until it times out.
+        task.progress(2, 3)
+        task.progress(3, 3)
         return "done"
 
     try:
