@@ -22,7 +22,7 @@ the end lists them all:
 
 Steps 4 and 5 run at the same time: each waits on its own Redis, processes and
 database far more than it computes, so together they take about as long as one
-(measured: 255 s each alone, 262 s for both at once on a 2-core machine). Their
+(measured: about 260 s each alone, 262 s for both at once on a 2-core machine). Their
 output is printed whole, one after the other, as each ends.
 
 Only the standard library is used here: this file runs before anything is installed.

@@ -277,7 +277,8 @@ class ProgressReporter:
     def before_outcome(self, queue: str, message_id: str) -> asyncio.Task[None] | None:
         """The write of this message's last report, started now if it was still pending
         (its attempt has ended: no rate limit to keep), or None when nothing is being
-        written. (Loop only.) An outcome written after it cannot overtake it."""
+        written. (Loop only.) An outcome handed over once it is done lands after it,
+        unless the write timed out (a stalled Redis may still apply it later)."""
         if not self._pending and not self._writing:
             return None  # the common case: no task reports progress
         key = (queue, message_id)
