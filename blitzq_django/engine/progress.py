@@ -266,7 +266,7 @@ class ProgressReporter:
         self._last[key] = now
         if len(self._last) > 1000:  # forget messages not written for a while
             self._last = {k: t for k, t in self._last.items() if now - t < self._interval * 2}
-        task = self._loop.create_task(self._write(key, progress))
+        task = self._loop.create_task(self._write(key, progress, self._writing.get(key)))
         self._writing[key] = task
         task.add_done_callback(lambda done: self._written(key, done))
 
@@ -277,8 +277,9 @@ class ProgressReporter:
     def before_outcome(self, queue: str, message_id: str) -> asyncio.Task[None] | None:
         """The write of this message's last report, started now if it was still pending
         (its attempt has ended: no rate limit to keep), or None when nothing is being
-        written. (Loop only.) An outcome handed over once it is done lands after it,
-        unless the write timed out (a stalled Redis may still apply it later)."""
+        written. It ends after every earlier write of the message (``_write``), so an
+        outcome handed over once it is done lands after them all, unless a write timed
+        out (a stalled Redis may still apply it later). (Loop only.)"""
         if not self._pending and not self._writing:
             return None  # the common case: no task reports progress
         key = (queue, message_id)
@@ -288,7 +289,13 @@ class ProgressReporter:
             self._flush(key)
         return self._writing.get(key)
 
-    async def _write(self, key: tuple[str, str], progress: Progress) -> None:
+    async def _write(self, key: tuple[str, str], progress: Progress,
+                     previous: asyncio.Task[None] | None) -> None:
+        if previous is not None and not previous.done():
+            # One message's writes go one after another: on two pooled connections an
+            # older report could land last (before_outcome() starts one ahead of the
+            # rate limit), and waiting on the latest write then covers them all.
+            await asyncio.wait([previous])
         try:
             await awrite(self._broker, key[0], key[1], progress)
             self.writes += 1

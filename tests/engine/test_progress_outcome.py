@@ -6,11 +6,13 @@ here, so without the ordering the last one is still waiting when the outcome lan
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from blitzq_django.engine import Client, TaskCancelled, current_task
+from blitzq_django.engine import Client, RedisBroker, TaskCancelled, current_task
 from blitzq_django.engine.core import record as states
+from blitzq_django.engine.progress import ProgressReporter, make
 
 from .helpers import background_worker
 
@@ -68,3 +70,57 @@ async def test_a_cancelled_task_keeps_its_last_report(client: Client) -> None:
     record = await client.afinal_record(handle.id, timeout=1)
     assert record.state == states.CANCELLED
     assert last is not None and (last.done, last.total) == (2, 3)
+
+
+class HeldFirstWrite(RedisBroker):
+    """The real broker, whose first progress write is held back before it is sent (a
+    slow connection) until the test releases it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    @property
+    def aio(self) -> Any:
+        return _HoldFirst(super().aio, self)
+
+
+class _HoldFirst:
+    def __init__(self, store: Any, broker: HeldFirstWrite) -> None:
+        self._store, self._broker = store, broker
+
+    def __getattr__(self, name: str) -> Any:  # everything but run_many, as it is
+        return getattr(self._store, name)
+
+    async def run_many(self, ops: Any) -> Any:
+        if not self._broker.holding.is_set():
+            self._broker.holding.set()
+            await self._broker.release.wait()
+        return await self._store.run_many(ops)
+
+
+@pytest.mark.asyncio
+async def test_an_older_write_on_a_slow_connection_does_not_land_last(
+        redis_broker: RedisBroker) -> None:
+    # before_outcome() starts the last write ahead of the rate limit, while an older write
+    # of the same message may still be on its way: the older one must not land last.
+    broker = HeldFirstWrite(redis_broker.url, namespace=redis_broker.keys.namespace)
+    client = Client(broker)
+    reporter = ProgressReporter(broker, asyncio.get_running_loop())
+    try:
+        reporter.report("default", "m1", make(1, 2))  # written at once: held back
+        await asyncio.wait_for(broker.holding.wait(), 5)
+        reporter.report("default", "m1", make(2, 2))  # waits its turn (rate limit)
+        last = reporter.before_outcome("default", "m1")
+        assert last is not None
+        # Given time, a write that does not wait for the older one would be done by now.
+        await asyncio.wait([last], timeout=0.5)
+        broker.release.set()
+        await asyncio.wait_for(last, 5)
+        assert reporter.before_outcome("default", "m1") is None  # nothing left in flight
+        written = await client.aprogress("m1")
+    finally:
+        broker.release.set()
+        await broker.aclose()
+    assert written is not None and written.done == 2
