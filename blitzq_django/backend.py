@@ -43,7 +43,8 @@ its record (queued or scheduled), so a result is found from the start. Status:
 BlitzQ state                                 TaskResultStatus
 ==========================================  =====================================
 queued, scheduled, retrying                  READY
-running (written only with TRACK_STATE)     RUNNING (else READY until it ends)
+running (TRACK_STATE's record, else what     RUNNING
+  the engine's inspect() knows running now)
 succeeded                                    SUCCESSFUL
 failed, dead_lettered, cancelled, expired   FAILED
 ==========================================  =====================================
@@ -54,16 +55,24 @@ cancelled or expired; ``blitzq_django.engine.client.TaskFailed`` when it was
 dead-lettered without running (unknown task, too many deliveries). A READY result
 after a failed attempt (retrying, with TRACK_STATE) holds that attempt's error.
 ``worker_ids`` has one entry per attempt that started: the last is the worker's name,
-earlier ones are "" (a record keeps only the last worker). A result fetched by id
-(``get_result``) has empty ``args`` and ``kwargs``: records do not keep arguments.
+earlier ones are "" (a record keeps only the last worker).
+
+A result fetched by id (``get_result``, ``refresh``) has the Task as it was enqueued
+(``using()``'s queue_name, priority, run_after, backend), its ``args`` and ``kwargs``
+and the very ``enqueued_at`` that ``enqueue()`` returned: the backend keeps them beside
+the record (blitzq_django.backend_calls).
 
 Signals: ``task_enqueued`` is sent by ``enqueue``/``aenqueue`` (``asend``);
 ``task_started`` and ``task_finished`` by the worker (its listener, signals.py), on its
-thread pool, with ``sender`` the backend class.
+thread pool, with ``sender`` the backend class. A failure's ``task_finished`` is sent
+while its exception is being handled, as Django's backends send it: Django's own
+receiver logs it with its traceback ("django.tasks" logger; "django_tasks" on the
+backport), and so can any receiver reading ``sys.exc_info()``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import importlib
@@ -99,10 +108,13 @@ except ImportError:
             "Django 6 or later, or on Django 5.2 the django-tasks backport "
             "(pip install django-tasks).") from None
 
-from . import conf
+from . import backend_calls, conf
+from .backend_calls import Call
 from .engine import CallOptions, Record, TaskRegistry, TaskSpec, current_task
+from .engine.brokers.base import Enqueue
 from .engine.client import TaskCancelled, TaskExpired, TaskFailed, now_ms
 from .engine.core import record as states
+from .engine.core.message import decode
 from .engine.core.names import name_ok
 from .engine.core.validate import task_id_ok
 from .engine.errors import BlitzqError
@@ -181,7 +193,8 @@ class BlitzQBackend(BaseTaskBackend):
 
     # -- enqueueing --------------------------------------------------------------------
 
-    def _prepare(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, Any, TaskResult]:
+    def _prepare(self, task: Task, args: Any, kwargs: Any
+                 ) -> tuple[Any, Enqueue, TaskResult, Call]:
         self.validate_task(task)
         spec = self.register(task)
         client = conf.get_client()
@@ -198,7 +211,8 @@ class BlitzQBackend(BaseTaskBackend):
             item = client.build(spec, args, kwargs, call)
         except BlitzqError as exc:
             raise InvalidTask(f"{task.module_path}: {exc}") from exc
-        created = now_ms()
+        # The message's own time: its record, get_result() and the signals all say it.
+        created = _created_ms(item)
         if not item.record:  # without TRACK_STATE: a record anyway, so get_result finds it
             state = states.SCHEDULED if item.due_ms else states.QUEUED
             item = replace(item, record=Record(id=item.message_id, task=spec.name,
@@ -208,16 +222,21 @@ class BlitzQBackend(BaseTaskBackend):
                             enqueued_at=_when(created), started_at=None, finished_at=None,
                             last_attempted_at=None, args=args, kwargs=kwargs,
                             backend=self.alias, errors=[], worker_ids=[])
-        return client, item, result
+        call = Call(self.alias, task.backend, task.queue_name, task.priority, task.run_after,
+                    args, kwargs, created)
+        return client, item, result, call
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        client, item, result = self._prepare(task, args, kwargs)
+        client, item, result, call = self._prepare(task, args, kwargs)
+        backend_calls.write(client.broker, item.queue, item.message_id, call, item.due_ms)
         client.broker.enqueue([item])
         task_enqueued.send(type(self), task_result=result)
         return result
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        client, item, result = self._prepare(task, args, kwargs)
+        client, item, result, call = self._prepare(task, args, kwargs)
+        await backend_calls.awrite(client.broker, item.queue, item.message_id, call,
+                                   item.due_ms)
         await client.broker.aenqueue([item])
         await task_enqueued.asend(type(self), task_result=result)
         return result
@@ -238,13 +257,14 @@ class BlitzQBackend(BaseTaskBackend):
         client = conf.get_client()
         queues = self._queues()
         for queue in queues:
-            record = client.broker.get_record(queue, result_id)
+            record, call = backend_calls.read_with_record(client.broker, queue, result_id)
             if record is not None:
-                return self._result(record)
+                return self._result(_live(client, record), call)
         for queue in queues:  # no record (expired, or evicted): scheduled or dead letter?
             record = client.inspect(result_id, queue=queue)
             if record is not None:
-                return self._result(record)
+                return self._result(record, backend_calls.read(client.broker, queue,
+                                                               result_id))
         raise TaskResultDoesNotExist(result_id)
 
     async def aget_result(self, result_id: str) -> TaskResult:
@@ -252,26 +272,32 @@ class BlitzQBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         client = conf.get_client()
         for queue in self._queues():
-            record = await client.broker.aget_record(queue, result_id)
+            record, call = await backend_calls.aread_with_record(client.broker, queue,
+                                                                 result_id)
+            if record is not None and not _maybe_running(record):
+                return self._result(record, call)
             if record is not None:
-                return self._result(record)
+                break  # inspect() tells whether it runs: the sync path
         return await sync_to_async(self.get_result, thread_sensitive=False)(result_id)
 
-    def _result(self, record: Record) -> TaskResult:
+    def _result(self, record: Record, call: Call | None) -> TaskResult:
         spec = conf.registry.find(record.task)
         bound = getattr(spec.func, TASK_ATTR, None) if spec is not None else None
         if bound is None:
             raise TaskResultDoesNotExist(f"{record.id} is a message of {record.task!r}, "
                                          "not of a django.tasks task")
-        task = bound[0]
+        task = _as_enqueued(bound[0], call)
         status = _STATUS.get(record.state, TaskResultStatus.READY)
         ran = _attempts(record)
         result = TaskResult(task=task, id=record.id, status=status,
-                            enqueued_at=_when(record.created_ms),
+                            enqueued_at=_when(record.created_ms or (call and call.created_ms)),
                             started_at=_when(record.started_ms),
                             finished_at=_when(record.finished_ms) if record.is_final else None,
-                            last_attempted_at=_when(record.started_ms), args=[], kwargs={},
-                            backend=self.alias, errors=_errors(record),
+                            last_attempted_at=_when(record.started_ms),
+                            args=call.args if call is not None else [],
+                            kwargs=call.kwargs if call is not None else {},
+                            backend=call.alias if call is not None else self.alias,
+                            errors=_errors(record),
                             worker_ids=_worker_ids(ran, record.worker))
         if status == TaskResultStatus.SUCCESSFUL:
             object.__setattr__(result, "_return_value", record.result)
@@ -281,6 +307,13 @@ class BlitzQBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
         where = f"TASKS[{self.alias!r}]"
+        from django.apps import apps
+
+        if not apps.is_installed("blitzq_django"):
+            yield checks.Error(
+                f"{where} uses BlitzQ, but 'blitzq_django' is not in INSTALLED_APPS: there "
+                "is no runworker to run its tasks, and BLITZQ's settings are not checked.",
+                hint="Add 'blitzq_django' to INSTALLED_APPS.", id="blitzq.E023")
         unknown = sorted(set(self.options) - OPTIONS)
         if unknown:
             yield checks.Error(f"{where}['OPTIONS'] has unknown key(s) {', '.join(unknown)}.",
@@ -320,6 +353,43 @@ def _declare(queue: str) -> None:
 
 def _when(ms: int | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC) if ms else None
+
+
+def _created_ms(item: Enqueue) -> int:
+    """When the message was built (its ``created_ms``): a second clock read would differ
+    by a millisecond now and then."""
+    return decode(item.payload, max(len(item.payload), 1)).created_ms
+
+
+def _maybe_running(record: Record) -> bool:
+    """A record that does not say whether its message runs now: the one written at
+    enqueue (or at a retry) stays until the outcome unless TRACK_STATE is on."""
+    return record.state in (states.QUEUED, states.SCHEDULED, states.RETRYING)
+
+
+def _live(client: Any, record: Record) -> Record:
+    """``record``, or what the engine knows of its message running now (inspect())."""
+    if not _maybe_running(record):
+        return record
+    live = client.inspect(record.id, queue=record.queue)
+    return live if live is not None and live.state == states.RUNNING else record
+
+
+def _as_enqueued(task: Task, call: Call | None) -> Task:
+    """``task`` (as first decorated) with the options it was enqueued with (``using()``).
+    Built without Django's validation: a result stays readable when its backend's
+    settings have changed since."""
+    if call is None:
+        return task
+    given = {"queue_name": call.queue_name, "priority": call.priority,
+             "run_after": call.run_after, "backend": call.task_backend}
+    if all(getattr(task, name) == value for name, value in given.items()):
+        return task
+    enqueued = object.__new__(type(task))
+    for field in dataclasses.fields(task):
+        object.__setattr__(enqueued, field.name, given.get(field.name,
+                                                           getattr(task, field.name)))
+    return enqueued
 
 
 def _attempts(record: Record) -> int:
@@ -423,8 +493,19 @@ def _bound(spec: TaskSpec) -> tuple[Task, type]:
 
 def _signal_result(task: Task, message: Any, status: Any, started_ms: int | None,
                    worker: str, attempt: int) -> TaskResult:
-    args = list(message.args) if message is not None else []
-    kwargs = dict(message.kwargs) if message is not None else {}
+    call = None
+    if message is not None:
+        try:
+            call = backend_calls.read(conf.get_client().broker, message.queue, message.id)
+        except Exception:  # noqa: BLE001 - the signal goes out all the same, from the message
+            log.warning("the django.tasks call of message %s could not be read", message.id,
+                        exc_info=True)
+    task = _as_enqueued(task, call)
+    if call is not None:
+        args, kwargs = call.args, call.kwargs
+    else:
+        args = list(message.args) if message is not None else []
+        kwargs = dict(message.kwargs) if message is not None else {}
     return TaskResult(task=task, id=message.id if message is not None else "",
                       status=status, enqueued_at=_when(message.created_ms if message else None),
                       started_at=_when(started_ms), finished_at=None,
@@ -457,10 +538,36 @@ def send_finished(spec: TaskSpec, event: Settled) -> None:
     object.__setattr__(result, "finished_at", _when(finished))
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", event.result)
-    else:
-        record = replace(record, state=event.state)
-        result.errors.extend(_errors(record, event.error))
-    task_finished.send_robust(backend, task_result=result)
+        task_finished.send_robust(backend, task_result=result)
+        return
+    record = replace(record, state=event.state)
+    result.errors.extend(_errors(record, event.error))
+    _send_failed(backend, result, event.error or _failure(record))
+
+
+def _failure(record: Record) -> BaseException:
+    """The exception of a failure that raised none in this worker (cancelled, expired,
+    dead-lettered without running, a result that could not be stored)."""
+    error = {states.CANCELLED: TaskCancelled, states.EXPIRED: TaskExpired}.get(
+        record.state, TaskFailed)(record)
+    if record.traceback:
+        error.add_note(record.traceback.rstrip())
+    return error
+
+
+def _send_failed(backend: type, result: TaskResult, error: BaseException) -> None:
+    """``task_finished`` of a failure, sent while ``error`` is being handled, as Django's
+    own backends send it: receivers read it from ``sys.exc_info()`` (Django's
+    ``log_task_finished`` logs it with its traceback on the "django.tasks" logger, the
+    backport's with ``logger.exception`` on "django_tasks")."""
+    traceback = error.__traceback__
+    try:
+        raise error
+    except BaseException:  # noqa: BLE001 - raised to be handled here, for the receivers
+        task_finished.send_robust(backend, task_result=result)
+    finally:
+        # Raising it here added this frame to its traceback: the task's frames only.
+        error.__traceback__ = traceback
 
 
 # -- finding a task by name (conf.DjangoRegistry) ----------------------------------------
