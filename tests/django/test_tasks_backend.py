@@ -469,3 +469,15 @@ def checks_error_level() -> int:
     from django.core import checks
 
     return checks.ERROR
+
+
+def test_a_subclass_of_the_backend_is_served_and_heard(settings: Any, blitzq_redis: Any) -> None:
+    from blitzq_django.signals import django_tasks_queues
+
+    settings.TASKS = {"default": {"BACKEND": "tests.django.contract_backends.QueuedBackend",
+                                  "QUEUES": ["default", "emails"]}}
+    (listener,) = worker_listeners()  # its task_started / task_finished
+    assert listener.django_tasks is True
+    assert django_tasks_queues() == ["default", "emails"]  # runworker serves them
+    settings.TASKS = {"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}
+    assert worker_listeners() == [] and django_tasks_queues() == []

@@ -1,0 +1,148 @@
+"""Django's own tests of its task backends, run against the BlitzQ backend.
+
+The test files of Django's ``tests/tasks`` (at a pinned version: django_contract.py
+fetches and adapts them) test the ``django.tasks`` API on Django's DummyBackend (results
+stay READY) and ImmediateBackend (the task has run when ``enqueue()`` returns). Here
+both are the BlitzQ backend on a real Redis: as is for the dummy one, with a real worker
+running each task to its end before ``enqueue()`` returns for the immediate one
+(contract_backends.py). Each upstream test is reported on its own (pytest's id is the
+upstream class and test name). Where the semantics differ, the test is expected to
+fail, strictly (a difference that goes away fails the run until it is removed from
+DIFFERENCES), with its reason; docs/django.md ("Django's contract tests") lists them.
+
+Runs on Django 6 (``django.tasks``) and on Django 5.2 with the django-tasks backport
+(the same tests under the backport's names). Skipped only when the tests cannot be
+downloaded for want of a network, with pip's reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+try:
+    import blitzq_django.backend  # noqa: F401
+except ImproperlyConfigured:  # neither Django 6 nor the django-tasks backport
+    pytest.skip("needs django.tasks: Django 6, or the django-tasks backport",
+                allow_module_level=True)
+
+from . import django_contract  # noqa: E402
+
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    BACKPORT = True
+else:
+    BACKPORT = False
+
+try:
+    _ROOT = django_contract.adapted_tests(backport=BACKPORT)
+except django_contract.Unavailable as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+sys.path.insert(0, str(_ROOT))
+from tasks import test_dummy_backend, test_immediate_backend, test_tasks  # noqa: E402
+
+# Why an upstream test is expected to fail here (docs/django.md, "Django's contract
+# tests", says the same).
+CLASS_IDENTITY = ("asserts the backend is an instance of Django's DummyBackend or "
+                  "ImmediateBackend class (docs/django.md: contract tests)")
+DUMMY_RESULTS = ("reads or changes DummyBackend.results, the in-memory list of that "
+                 "backend (docs/django.md: contract tests)")
+DUMMY_CLEAR = ("DummyBackend.clear() forgets every result; BlitzQ keeps a result for "
+               "RESULT_TTL (docs/django.md: contract tests)")
+NO_CALLER = ("a KeyboardInterrupt raised by a task fails that task on the worker: there "
+             "is no caller to interrupt (docs/django.md: contract tests)")
+GETS_RESULTS = ("ImmediateBackend cannot get or refresh a result; BlitzQ can "
+                "(supports_get_result; docs/django.md: contract tests)")
+DEFERS = ("ImmediateBackend refuses run_after; BlitzQ schedules the task "
+          "(supports_defer; docs/django.md: contract tests)")
+BACKPORT_API = ("the django-tasks backport (0.12) differs from Django 6.1 here, with its "
+                "own backends too: no pickling of Task, other messages "
+                "(docs/django.md: contract tests)")
+
+DIFFERENCES: dict[tuple[Any, str], dict[str, str]] = {
+    (test_tasks, "TaskTestCase"): {
+        "test_using_correct_backend": CLASS_IDENTITY,
+        "test_get_backend": CLASS_IDENTITY,
+        "test_enqueue_task": DUMMY_RESULTS,
+        "test_enqueue_task_async": DUMMY_RESULTS,
+        **({"test_pickle_task": BACKPORT_API, "test_pickle_task_result": BACKPORT_API,
+            "test_unpickle_arbitrary_string": BACKPORT_API,
+            "test_unpickle_non_task_object": BACKPORT_API,
+            "test_run_after_in_decorator": BACKPORT_API} if BACKPORT else {}),
+    },
+    (test_dummy_backend, "DummyBackendTestCase"): {
+        "test_using_correct_backend": CLASS_IDENTITY,
+        "test_enqueue_task": DUMMY_RESULTS,
+        "test_enqueue_task_async": DUMMY_RESULTS,
+        "test_refresh_result": DUMMY_RESULTS,
+        "test_refresh_result_async": DUMMY_RESULTS,
+        "test_clear": DUMMY_CLEAR,
+        **({"test_validate_disallowed_async_task": BACKPORT_API} if BACKPORT else {}),
+    },
+    (test_dummy_backend, "DummyBackendTransactionTestCase"): {
+        "test_doesnt_wait_until_transaction_commit_by_default": DUMMY_RESULTS,
+    },
+    (test_immediate_backend, "ImmediateBackendTestCase"): {
+        "test_using_correct_backend": CLASS_IDENTITY,
+        "test_throws_keyboard_interrupt": NO_CALLER,
+        "test_cannot_get_result": GETS_RESULTS,
+        "test_cannot_refresh_result": GETS_RESULTS,
+        "test_cannot_pass_run_after": DEFERS,
+    },
+    (test_immediate_backend, "ImmediateBackendTransactionTestCase"): {},
+}
+
+
+@pytest.fixture(autouse=True)
+def _on_redis(blitzq_redis: Any) -> Iterator[None]:
+    """Every upstream test on the test's Redis namespace (BLITZQ settings)."""
+    yield
+
+
+def _expected_to_fail(test: Callable[..., Any]) -> Callable[..., Any]:
+    """``test`` with its subTest()s as plain blocks: a failure in one fails the test
+    itself, which is what its xfail mark expects (pytest reports a failed subtest apart,
+    and the test itself as passed)."""
+    if inspect.iscoroutinefunction(test):
+        async def run_async(self: Any) -> None:
+            self.subTest = _no_subtest
+            await test(self)
+
+        wrapped: Callable[..., Any] = run_async
+    else:
+        def run(self: Any) -> None:
+            self.subTest = _no_subtest
+            test(self)
+
+        wrapped = run
+    return functools.wraps(test)(wrapped)
+
+
+def _no_subtest(*args: Any, **kwargs: Any) -> contextlib.nullcontext[None]:
+    return contextlib.nullcontext()
+
+
+def _adapted(module: Any, name: str, differences: dict[str, str]) -> type:
+    upstream = getattr(module, name)
+    body: dict[str, Any] = {"__module__": __name__, "__qualname__": name,
+                            "__doc__": f"Django {django_contract.DJANGO_VERSION}'s "
+                                       f"tests/tasks/{module.__name__.split('.')[-1]}.py"
+                                       f"::{name}, on the BlitzQ backend."}
+    for test, reason in differences.items():
+        if not callable(getattr(upstream, test, None)):
+            raise RuntimeError(f"{name}.{test} is no longer upstream: update DIFFERENCES")
+        body[test] = pytest.mark.xfail(reason=reason, strict=True)(
+            _expected_to_fail(getattr(upstream, test)))
+    return type(name, (upstream,), body)
+
+
+for (_module, _name), _differences in DIFFERENCES.items():
+    globals()[_name] = _adapted(_module, _name, _differences)
