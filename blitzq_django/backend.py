@@ -110,11 +110,12 @@ except ImportError:
 
 from . import backend_calls, conf
 from .backend_calls import Call
+from .decorators import declared_queues
 from .engine import CallOptions, Record, TaskRegistry, TaskSpec, current_task
 from .engine.brokers.base import Enqueue
 from .engine.client import TaskCancelled, TaskExpired, TaskFailed, now_ms
 from .engine.core import record as states
-from .engine.core.message import decode
+from .engine.core.message import peek_created_ms
 from .engine.core.names import name_ok
 from .engine.core.validate import task_id_ok
 from .engine.errors import BlitzqError
@@ -168,11 +169,14 @@ class BlitzQBackend(BaseTaskBackend):
     # -- defining ----------------------------------------------------------------------
 
     def validate_task(self, task: Task) -> None:
+        self._validated(task)
+
+    def _validated(self, task: Task) -> TaskSpec:
         super().validate_task(task)
         if not name_ok(task.queue_name):
             raise InvalidTask(f"Queue {task.queue_name!r} is not a valid BlitzQ queue name "
                               "(letters, digits, '-', '_', '.'; at most 100 characters).")
-        self.register(task)
+        return self.register(task)
 
     def register(self, task: Task) -> TaskSpec:
         """The BlitzQ spec of ``task`` (registered on first use)."""
@@ -195,8 +199,7 @@ class BlitzQBackend(BaseTaskBackend):
 
     def _prepare(self, task: Task, args: Any, kwargs: Any
                  ) -> tuple[Any, Enqueue, TaskResult, Call]:
-        self.validate_task(task)
-        spec = self.register(task)
+        spec = self._validated(task)
         client = conf.get_client()
         # As TaskResult does: only JSON-compatible arguments (TypeError/ValueError here).
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
@@ -247,8 +250,6 @@ class BlitzQBackend(BaseTaskBackend):
         """Where a result may be: this backend's queues, else every queue known here."""
         if self.queues:
             return sorted(self.queues)
-        from .decorators import declared_queues
-
         return list(dict.fromkeys([*conf.get_settings()["QUEUES"], *sorted(declared_queues)]))
 
     def get_result(self, result_id: str) -> TaskResult:
@@ -346,8 +347,6 @@ def _check_options() -> None:
 
 
 def _declare(queue: str) -> None:
-    from .decorators import declared_queues
-
     declared_queues.add(queue)
 
 
@@ -358,7 +357,7 @@ def _when(ms: int | None) -> dt.datetime | None:
 def _created_ms(item: Enqueue) -> int:
     """When the message was built (its ``created_ms``): a second clock read would differ
     by a millisecond now and then."""
-    return decode(item.payload, max(len(item.payload), 1)).created_ms
+    return peek_created_ms(item.payload)
 
 
 def _maybe_running(record: Record) -> bool:

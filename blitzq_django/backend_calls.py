@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine import Record
+from .engine.brokers.redis import RedisBroker
 from .engine.core.message import pack, unpack
 from .engine.redis import ops
 
@@ -61,8 +62,6 @@ class Call:
 
 
 def _is_redis(broker: Any) -> bool:
-    from .engine.brokers.redis import RedisBroker
-
     return isinstance(broker, RedisBroker)
 
 

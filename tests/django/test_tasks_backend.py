@@ -481,3 +481,11 @@ def test_a_subclass_of_the_backend_is_served_and_heard(settings: Any, blitzq_red
     assert django_tasks_queues() == ["default", "emails"]  # runworker serves them
     settings.TASKS = {"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}
     assert worker_listeners() == [] and django_tasks_queues() == []
+
+
+def test_get_result_on_the_memory_broker(settings: Any, blitzq_memory: Any) -> None:
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    task = dtasks.add.using(priority=-3)
+    result = task.enqueue(1, b=2)
+    fetched = dtasks.add.get_result(result.id)
+    assert fetched == result and fetched.task == task and fetched.kwargs == {"b": 2}
