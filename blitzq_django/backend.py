@@ -468,6 +468,10 @@ def _runner(task: Task, backend: type, options: dict[str, Any]) -> Callable[...,
                 return normalize_json(func(_context(task), *args, **kwargs))
             return normalize_json(func(*args, **kwargs))
     functools.update_wrapper(run, func)
+    if takes_context:  # what a caller passes: the function's parameters after `context`
+        signature = inspect.signature(func)
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=list(signature.parameters.values())[1:])
     setattr(run, TASK_ATTR, (task, backend, options))
     return run
 

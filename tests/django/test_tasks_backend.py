@@ -489,3 +489,14 @@ def test_get_result_on_the_memory_broker(settings: Any, blitzq_memory: Any) -> N
     result = task.enqueue(1, b=2)
     fetched = dtasks.add.get_result(result.id)
     assert fetched == result and fetched.task == task and fetched.kwargs == {"b": 2}
+
+
+def test_what_the_worker_calls_has_the_callers_signature(tasks_backend: Any) -> None:
+    # Arguments are checked against it at enqueue (issue 19, item 4): a takes_context
+    # task is called with its arguments after `context`.
+    import inspect
+
+    for task, params in ((dtasks.add, ["a", "b"]), (dtasks.describe_attempt, ["tag"])):
+        task.get_backend().validate_task(task)
+        runner = conf.registry.get(task.module_path).func
+        assert list(inspect.signature(runner).parameters) == params
