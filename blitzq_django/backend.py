@@ -78,6 +78,8 @@ import functools
 import importlib
 import inspect
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -494,15 +496,38 @@ def _bound(spec: TaskSpec) -> tuple[Task, type]:
     return task, backend
 
 
+#: The calls read for the task_started of a message, kept for its task_finished: one
+#: read per message, not two. Bounded: a message that ends elsewhere (a lost lease) is
+#: forgotten once this many others started.
+_KEPT_CALLS_MAX = 10_000
+_kept_calls: OrderedDict[str, Call | None] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _call_of(message: Any, *, finished: bool) -> Call | None:
+    """The django.tasks call of ``message`` for a signal (None if it cannot be had)."""
+    if message is None:
+        return None
+    with _kept_lock:
+        if message.id in _kept_calls:
+            return _kept_calls.pop(message.id) if finished else _kept_calls[message.id]
+    try:
+        call = backend_calls.read(conf.get_client().broker, message.queue, message.id)
+    except Exception:  # noqa: BLE001 - the signal goes out all the same, from the message
+        log.warning("the django.tasks call of message %s could not be read", message.id,
+                    exc_info=True)
+        return None
+    if not finished:
+        with _kept_lock:
+            _kept_calls[message.id] = call
+            while len(_kept_calls) > _KEPT_CALLS_MAX:
+                _kept_calls.popitem(last=False)
+    return call
+
+
 def _signal_result(task: Task, message: Any, status: Any, started_ms: int | None,
-                   worker: str, attempt: int) -> TaskResult:
-    call = None
-    if message is not None:
-        try:
-            call = backend_calls.read(conf.get_client().broker, message.queue, message.id)
-        except Exception:  # noqa: BLE001 - the signal goes out all the same, from the message
-            log.warning("the django.tasks call of message %s could not be read", message.id,
-                        exc_info=True)
+                   worker: str, attempt: int, *, finished: bool) -> TaskResult:
+    call = _call_of(message, finished=finished)
     task = _as_enqueued(task, call)
     if call is not None:
         args, kwargs = call.args, call.kwargs
@@ -513,14 +538,15 @@ def _signal_result(task: Task, message: Any, status: Any, started_ms: int | None
                       status=status, enqueued_at=_when(message.created_ms if message else None),
                       started_at=_when(started_ms), finished_at=None,
                       last_attempted_at=_when(started_ms), args=args, kwargs=kwargs,
-                      backend=task.backend, errors=[], worker_ids=_worker_ids(attempt, worker))
+                      backend=call.alias if call is not None else task.backend, errors=[],
+                      worker_ids=_worker_ids(attempt, worker))
 
 
 def send_started(spec: TaskSpec, event: Started) -> None:
     """django.tasks ``task_started`` of an attempt (called by the worker's listener)."""
     task, backend = _bound(spec)
     result = _signal_result(task, event.message, TaskResultStatus.RUNNING, event.started_ms,
-                            event.worker, event.message.attempt)
+                            event.worker, event.message.attempt, finished=False)
     task_started.send_robust(backend, task_result=result)
 
 
@@ -534,10 +560,13 @@ def send_finished(spec: TaskSpec, event: Settled) -> None:
                                      error_message=getattr(event.letter, "error_message", None),
                                      reason=getattr(event.letter, "reason", None))
     ran = event.duration_ms is not None or event.failure is not None
-    started = record.started_ms if event.failure is not None else None
-    result = _signal_result(task, event.message, status, started, event.worker,
-                            event.attempt if ran else event.attempt - 1)
     finished = event.failure.finished_ms if event.failure is not None else now_ms()
+    if event.failure is not None:
+        started = record.started_ms
+    else:  # how long it ran, back from now: close enough for a signal
+        started = finished - event.duration_ms if event.duration_ms is not None else None
+    result = _signal_result(task, event.message, status, started, event.worker,
+                            event.attempt if ran else event.attempt - 1, finished=True)
     object.__setattr__(result, "finished_at", _when(finished))
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", event.result)

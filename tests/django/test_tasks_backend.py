@@ -413,6 +413,7 @@ def test_get_result_returns_the_task_as_enqueued(settings: Any, blitzq_redis: An
         assert found.task == low and (found.args, found.kwargs) == ([], {"b": 4, "a": 1})
         assert found.enqueued_at == ran.enqueued_at
     assert again.return_value == 5
+    assert seen[0].backend == "default" and seen[0].finished_at >= seen[0].started_at
 
 
 def test_enqueued_at_is_the_one_stored(settings: Any, blitzq_redis: Any,
