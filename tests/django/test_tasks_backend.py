@@ -373,6 +373,24 @@ def test_a_failure_reaches_djangos_logger_with_its_traceback(tasks_backend: Any)
     assert line.exc_info[1].__traceback__.tb_frame.f_code.co_name != "_send_failed"
 
 
+def test_a_failure_without_an_exception_reaches_djangos_logger(tasks_backend: Any) -> None:
+    # Cancelled before it ran: no exception was raised, the log line still has one.
+    kept = _Kept()
+    django_tasks_logger.addHandler(kept)
+    try:
+        result = dtasks.add.enqueue(1, 1)
+        assert conf.get_client().cancel(result.id).outcome == "revoked"
+        with worker():
+            finished(result)
+            wait_until(lambda: any(r.levelno >= logging.ERROR for r in kept.records),
+                       message="Django's task_finished log line")
+    finally:
+        django_tasks_logger.removeHandler(kept)
+    (line,) = [r for r in kept.records if r.levelno >= logging.ERROR]
+    assert result.id in line.getMessage()
+    assert line.exc_info is not None and line.exc_info[0] is TaskCancelled
+
+
 def test_get_result_returns_the_task_as_enqueued(settings: Any, blitzq_redis: Any) -> None:
     both = {"BACKEND": BACKEND, "QUEUES": ["default", "emails"]}
     settings.TASKS = {"default": both, "other": both}
