@@ -33,6 +33,8 @@ except ImproperlyConfigured:  # neither Django 6 nor the django-tasks backport
     pytest.skip("needs django.tasks: Django 6, or the django-tasks backport",
                 allow_module_level=True)
 
+from blitzq_django import conf  # noqa: E402
+
 from . import django_contract  # noqa: E402
 
 try:
@@ -107,19 +109,26 @@ def _on_redis(blitzq_redis: Any) -> Iterator[None]:
     yield
 
 
-def _expected_to_fail(test: Callable[..., Any]) -> Callable[..., Any]:
-    """``test`` with its subTest()s as plain blocks: a failure in one fails the test
+def _adapt_test(test: Callable[..., Any], expected_to_fail: bool) -> Callable[..., Any]:
+    """``test`` as run here. An ``async def`` test closes the Redis connections of its
+    event loop at the end (Django runs each on a loop of its own, gone afterwards). One
+    expected to fail runs its subTest()s as plain blocks: a failure in one fails the test
     itself, which is what its xfail mark expects (pytest reports a failed subtest apart,
     and the test itself as passed)."""
     if inspect.iscoroutinefunction(test):
         async def run_async(self: Any) -> None:
-            self.subTest = _no_subtest
-            await test(self)
+            if expected_to_fail:
+                self.subTest = _no_subtest
+            try:
+                await test(self)
+            finally:
+                await conf.get_client().broker.aclose()
 
         wrapped: Callable[..., Any] = run_async
     else:
         def run(self: Any) -> None:
-            self.subTest = _no_subtest
+            if expected_to_fail:
+                self.subTest = _no_subtest
             test(self)
 
         wrapped = run
@@ -136,11 +145,19 @@ def _adapted(module: Any, name: str, differences: dict[str, str]) -> type:
                             "__doc__": f"Django {django_contract.DJANGO_VERSION}'s "
                                        f"tests/tasks/{module.__name__.split('.')[-1]}.py"
                                        f"::{name}, on the BlitzQ backend."}
-    for test, reason in differences.items():
-        if not callable(getattr(upstream, test, None)):
-            raise RuntimeError(f"{name}.{test} is no longer upstream: update DIFFERENCES")
-        body[test] = pytest.mark.xfail(reason=reason, strict=True)(
-            _expected_to_fail(getattr(upstream, test)))
+    unknown = [test for test in differences if not callable(getattr(upstream, test, None))]
+    if unknown:
+        raise RuntimeError(f"{name}.{', '.join(unknown)}: no longer upstream, update "
+                           "DIFFERENCES")
+    for test in dir(upstream):
+        if not test.startswith("test"):
+            continue
+        function = getattr(upstream, test)
+        if test in differences:
+            body[test] = pytest.mark.xfail(reason=differences[test], strict=True)(
+                _adapt_test(function, expected_to_fail=True))
+        elif inspect.iscoroutinefunction(function):
+            body[test] = _adapt_test(function, expected_to_fail=False)
     return type(name, (upstream,), body)
 
 
