@@ -34,6 +34,7 @@ except ImproperlyConfigured:  # neither Django 6 nor the django-tasks backport
                 allow_module_level=True)
 
 from blitzq_django import conf  # noqa: E402
+from blitzq_django.backend import TaskResultDoesNotExist  # noqa: E402
 
 from . import django_contract  # noqa: E402
 
@@ -52,24 +53,26 @@ sys.path.insert(0, str(_ROOT))
 from tasks import test_dummy_backend, test_immediate_backend, test_tasks  # noqa: E402
 
 # Why an upstream test is expected to fail here (docs/django.md, "Django's contract
-# tests", says the same).
+# tests", says the same), and the exception it then fails with (another one is a failure).
 CLASS_IDENTITY = ("asserts the backend is an instance of Django's DummyBackend or "
-                  "ImmediateBackend class (docs/django.md: contract tests)")
+                  "ImmediateBackend class (docs/django.md: contract tests)", AssertionError)
 DUMMY_RESULTS = ("reads or changes DummyBackend.results, the in-memory list of that "
-                 "backend (docs/django.md: contract tests)")
+                 "backend (docs/django.md: contract tests)", AttributeError)
 DUMMY_CLEAR = ("DummyBackend.clear() forgets every result; BlitzQ keeps a result for "
-               "RESULT_TTL (docs/django.md: contract tests)")
+               "RESULT_TTL (docs/django.md: contract tests)", AssertionError)
 NO_CALLER = ("a KeyboardInterrupt raised by a task fails that task on the worker: there "
-             "is no caller to interrupt (docs/django.md: contract tests)")
+             "is no caller to interrupt (docs/django.md: contract tests)", AssertionError)
 GETS_RESULTS = ("ImmediateBackend cannot get or refresh a result; BlitzQ can "
-                "(supports_get_result; docs/django.md: contract tests)")
+                "(supports_get_result; docs/django.md: contract tests)",
+                (AssertionError, TaskResultDoesNotExist))
 DEFERS = ("ImmediateBackend refuses run_after; BlitzQ schedules the task "
-          "(supports_defer; docs/django.md: contract tests)")
+          "(supports_defer; docs/django.md: contract tests)", AssertionError)
 BACKPORT_API = ("the django-tasks backport (0.12) differs from Django 6.1 here, with its "
                 "own backends too: no pickling of Task, other messages "
-                "(docs/django.md: contract tests)")
+                "(docs/django.md: contract tests)", Exception)
 
-DIFFERENCES: dict[tuple[Any, str], dict[str, str]] = {
+Raised = type[BaseException] | tuple[type[BaseException], ...]
+DIFFERENCES: dict[tuple[Any, str], dict[str, tuple[str, Raised]]] = {
     (test_tasks, "TaskTestCase"): {
         "test_using_correct_backend": CLASS_IDENTITY,
         "test_get_backend": CLASS_IDENTITY,
@@ -139,7 +142,8 @@ def _no_subtest(*args: Any, **kwargs: Any) -> contextlib.nullcontext[None]:
     return contextlib.nullcontext()
 
 
-def _adapted(module: Any, name: str, differences: dict[str, str]) -> type:
+def _adapted(module: Any, name: str,
+             differences: dict[str, tuple[str, Raised]]) -> type:
     upstream = getattr(module, name)
     body: dict[str, Any] = {"__module__": __name__, "__qualname__": name,
                             "__doc__": f"Django {django_contract.DJANGO_VERSION}'s "
@@ -154,7 +158,8 @@ def _adapted(module: Any, name: str, differences: dict[str, str]) -> type:
             continue
         function = getattr(upstream, test)
         if test in differences:
-            body[test] = pytest.mark.xfail(reason=differences[test], strict=True)(
+            reason, raises = differences[test]
+            body[test] = pytest.mark.xfail(reason=reason, raises=raises, strict=True)(
                 _adapt_test(function, expected_to_fail=True))
         elif inspect.iscoroutinefunction(function):
             body[test] = _adapt_test(function, expected_to_fail=False)
