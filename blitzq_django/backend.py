@@ -43,7 +43,8 @@ its record (queued or scheduled), so a result is found from the start. Status:
 BlitzQ state                                 TaskResultStatus
 ==========================================  =====================================
 queued, scheduled, retrying                  READY
-running (written only with TRACK_STATE)     RUNNING (else READY until it ends)
+running (TRACK_STATE's record, else what     RUNNING
+  the engine's inspect() knows running now)
 succeeded                                    SUCCESSFUL
 failed, dead_lettered, cancelled, expired   FAILED
 ==========================================  =====================================
@@ -54,21 +55,31 @@ cancelled or expired; ``blitzq_django.engine.client.TaskFailed`` when it was
 dead-lettered without running (unknown task, too many deliveries). A READY result
 after a failed attempt (retrying, with TRACK_STATE) holds that attempt's error.
 ``worker_ids`` has one entry per attempt that started: the last is the worker's name,
-earlier ones are "" (a record keeps only the last worker). A result fetched by id
-(``get_result``) has empty ``args`` and ``kwargs``: records do not keep arguments.
+earlier ones are "" (a record keeps only the last worker).
+
+A result fetched by id (``get_result``, ``refresh``) has the Task as it was enqueued
+(``using()``'s queue_name, priority, run_after, backend), its ``args`` and ``kwargs``
+and the very ``enqueued_at`` that ``enqueue()`` returned: the backend keeps them beside
+the record (blitzq_django.backend_calls).
 
 Signals: ``task_enqueued`` is sent by ``enqueue``/``aenqueue`` (``asend``);
 ``task_started`` and ``task_finished`` by the worker (its listener, signals.py), on its
-thread pool, with ``sender`` the backend class.
+thread pool, with ``sender`` the backend class. A failure's ``task_finished`` is sent
+while its exception is being handled, as Django's backends send it: Django's own
+receiver logs it with its traceback ("django.tasks" logger; "django_tasks" on the
+backport), and so can any receiver reading ``sys.exc_info()``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import importlib
 import inspect
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -99,10 +110,14 @@ except ImportError:
             "Django 6 or later, or on Django 5.2 the django-tasks backport "
             "(pip install django-tasks).") from None
 
-from . import conf
+from . import backend_calls, conf
+from .backend_calls import Call
+from .decorators import declared_queues
 from .engine import CallOptions, Record, TaskRegistry, TaskSpec, current_task
+from .engine.brokers.base import Enqueue
 from .engine.client import TaskCancelled, TaskExpired, TaskFailed, now_ms
 from .engine.core import record as states
+from .engine.core.message import peek_created_ms
 from .engine.core.names import name_ok
 from .engine.core.validate import task_id_ok
 from .engine.errors import BlitzqError
@@ -156,11 +171,14 @@ class BlitzQBackend(BaseTaskBackend):
     # -- defining ----------------------------------------------------------------------
 
     def validate_task(self, task: Task) -> None:
+        self._validated(task)
+
+    def _validated(self, task: Task) -> TaskSpec:
         super().validate_task(task)
         if not name_ok(task.queue_name):
             raise InvalidTask(f"Queue {task.queue_name!r} is not a valid BlitzQ queue name "
                               "(letters, digits, '-', '_', '.'; at most 100 characters).")
-        self.register(task)
+        return self.register(task)
 
     def register(self, task: Task) -> TaskSpec:
         """The BlitzQ spec of ``task`` (registered on first use)."""
@@ -181,9 +199,9 @@ class BlitzQBackend(BaseTaskBackend):
 
     # -- enqueueing --------------------------------------------------------------------
 
-    def _prepare(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, Any, TaskResult]:
-        self.validate_task(task)
-        spec = self.register(task)
+    def _prepare(self, task: Task, args: Any, kwargs: Any
+                 ) -> tuple[Any, Enqueue, TaskResult, Call]:
+        spec = self._validated(task)
         client = conf.get_client()
         # As TaskResult does: only JSON-compatible arguments (TypeError/ValueError here).
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
@@ -198,7 +216,8 @@ class BlitzQBackend(BaseTaskBackend):
             item = client.build(spec, args, kwargs, call)
         except BlitzqError as exc:
             raise InvalidTask(f"{task.module_path}: {exc}") from exc
-        created = now_ms()
+        # The message's own time: its record, get_result() and the signals all say it.
+        created = _created_ms(item)
         if not item.record:  # without TRACK_STATE: a record anyway, so get_result finds it
             state = states.SCHEDULED if item.due_ms else states.QUEUED
             item = replace(item, record=Record(id=item.message_id, task=spec.name,
@@ -208,16 +227,21 @@ class BlitzQBackend(BaseTaskBackend):
                             enqueued_at=_when(created), started_at=None, finished_at=None,
                             last_attempted_at=None, args=args, kwargs=kwargs,
                             backend=self.alias, errors=[], worker_ids=[])
-        return client, item, result
+        call = Call(self.alias, task.backend, task.queue_name, task.priority, task.run_after,
+                    args, kwargs, created)
+        return client, item, result, call
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        client, item, result = self._prepare(task, args, kwargs)
+        client, item, result, call = self._prepare(task, args, kwargs)
+        backend_calls.write(client.broker, item.queue, item.message_id, call, item.due_ms)
         client.broker.enqueue([item])
         task_enqueued.send(type(self), task_result=result)
         return result
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        client, item, result = self._prepare(task, args, kwargs)
+        client, item, result, call = self._prepare(task, args, kwargs)
+        await backend_calls.awrite(client.broker, item.queue, item.message_id, call,
+                                   item.due_ms)
         await client.broker.aenqueue([item])
         await task_enqueued.asend(type(self), task_result=result)
         return result
@@ -228,8 +252,6 @@ class BlitzQBackend(BaseTaskBackend):
         """Where a result may be: this backend's queues, else every queue known here."""
         if self.queues:
             return sorted(self.queues)
-        from .decorators import declared_queues
-
         return list(dict.fromkeys([*conf.get_settings()["QUEUES"], *sorted(declared_queues)]))
 
     def get_result(self, result_id: str) -> TaskResult:
@@ -238,13 +260,14 @@ class BlitzQBackend(BaseTaskBackend):
         client = conf.get_client()
         queues = self._queues()
         for queue in queues:
-            record = client.broker.get_record(queue, result_id)
+            record, call = backend_calls.read_with_record(client.broker, queue, result_id)
             if record is not None:
-                return self._result(record)
+                return self._result(_live(client, record), call)
         for queue in queues:  # no record (expired, or evicted): scheduled or dead letter?
             record = client.inspect(result_id, queue=queue)
             if record is not None:
-                return self._result(record)
+                return self._result(record, backend_calls.read(client.broker, queue,
+                                                               result_id))
         raise TaskResultDoesNotExist(result_id)
 
     async def aget_result(self, result_id: str) -> TaskResult:
@@ -252,26 +275,32 @@ class BlitzQBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         client = conf.get_client()
         for queue in self._queues():
-            record = await client.broker.aget_record(queue, result_id)
+            record, call = await backend_calls.aread_with_record(client.broker, queue,
+                                                                 result_id)
+            if record is not None and not _maybe_running(record):
+                return self._result(record, call)
             if record is not None:
-                return self._result(record)
+                break  # inspect() tells whether it runs: the sync path
         return await sync_to_async(self.get_result, thread_sensitive=False)(result_id)
 
-    def _result(self, record: Record) -> TaskResult:
+    def _result(self, record: Record, call: Call | None) -> TaskResult:
         spec = conf.registry.find(record.task)
         bound = getattr(spec.func, TASK_ATTR, None) if spec is not None else None
         if bound is None:
             raise TaskResultDoesNotExist(f"{record.id} is a message of {record.task!r}, "
                                          "not of a django.tasks task")
-        task = bound[0]
+        task = _as_enqueued(bound[0], call)
         status = _STATUS.get(record.state, TaskResultStatus.READY)
         ran = _attempts(record)
         result = TaskResult(task=task, id=record.id, status=status,
-                            enqueued_at=_when(record.created_ms),
+                            enqueued_at=_when(record.created_ms or (call and call.created_ms)),
                             started_at=_when(record.started_ms),
                             finished_at=_when(record.finished_ms) if record.is_final else None,
-                            last_attempted_at=_when(record.started_ms), args=[], kwargs={},
-                            backend=self.alias, errors=_errors(record),
+                            last_attempted_at=_when(record.started_ms),
+                            args=call.args if call is not None else [],
+                            kwargs=call.kwargs if call is not None else {},
+                            backend=call.alias if call is not None else self.alias,
+                            errors=_errors(record),
                             worker_ids=_worker_ids(ran, record.worker))
         if status == TaskResultStatus.SUCCESSFUL:
             object.__setattr__(result, "_return_value", record.result)
@@ -281,6 +310,13 @@ class BlitzQBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
         where = f"TASKS[{self.alias!r}]"
+        from django.apps import apps
+
+        if not apps.is_installed("blitzq_django"):
+            yield checks.Error(
+                f"{where} uses BlitzQ, but 'blitzq_django' is not in INSTALLED_APPS: there "
+                "is no runworker to run its tasks, and BLITZQ's settings are not checked.",
+                hint="Add 'blitzq_django' to INSTALLED_APPS.", id="blitzq.E023")
         unknown = sorted(set(self.options) - OPTIONS)
         if unknown:
             yield checks.Error(f"{where}['OPTIONS'] has unknown key(s) {', '.join(unknown)}.",
@@ -313,13 +349,48 @@ def _check_options() -> None:
 
 
 def _declare(queue: str) -> None:
-    from .decorators import declared_queues
-
     declared_queues.add(queue)
 
 
 def _when(ms: int | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC) if ms else None
+
+
+def _created_ms(item: Enqueue) -> int:
+    """When the message was built (its ``created_ms``): a second clock read would differ
+    by a millisecond now and then."""
+    return peek_created_ms(item.payload)
+
+
+def _maybe_running(record: Record) -> bool:
+    """A record that does not say whether its message runs now: the one written at
+    enqueue (or at a retry) stays until the outcome unless TRACK_STATE is on."""
+    return record.state in (states.QUEUED, states.SCHEDULED, states.RETRYING)
+
+
+def _live(client: Any, record: Record) -> Record:
+    """``record``, or what the engine knows of its message running now (inspect())."""
+    if not _maybe_running(record):
+        return record
+    live = client.inspect(record.id, queue=record.queue)
+    return live if live is not None and live.state == states.RUNNING else record
+
+
+def _as_enqueued(task: Task, call: Call | None) -> Task:
+    """``task`` (as first decorated) with the options it was enqueued with (``using()``).
+    Built without Django's validation: a result stays readable when its backend's
+    settings have changed since."""
+    if call is None:
+        return task
+    given = {"queue_name": call.queue_name, "priority": call.priority,
+             "run_after": call.run_after, "backend": call.task_backend}
+    if all(getattr(task, name) == value for name, value in given.items()):
+        return task
+    enqueued = object.__new__(type(task))
+    for field in dataclasses.fields(task):
+        object.__setattr__(enqueued, field.name, given.get(field.name,
+                                                           getattr(task, field.name)))
+    return enqueued
 
 
 def _attempts(record: Record) -> int:
@@ -399,6 +470,10 @@ def _runner(task: Task, backend: type, options: dict[str, Any]) -> Callable[...,
                 return normalize_json(func(_context(task), *args, **kwargs))
             return normalize_json(func(*args, **kwargs))
     functools.update_wrapper(run, func)
+    if takes_context:  # what a caller passes: the function's parameters after `context`
+        signature = inspect.signature(func)
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=list(signature.parameters.values())[1:])
     setattr(run, TASK_ATTR, (task, backend, options))
     return run
 
@@ -421,22 +496,57 @@ def _bound(spec: TaskSpec) -> tuple[Task, type]:
     return task, backend
 
 
+#: The calls read for the task_started of a message, kept for its task_finished: one
+#: read per message, not two. Bounded: a message that ends elsewhere (a lost lease) is
+#: forgotten once this many others started.
+_KEPT_CALLS_MAX = 10_000
+_kept_calls: OrderedDict[str, Call | None] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _call_of(message: Any, *, finished: bool) -> Call | None:
+    """The django.tasks call of ``message`` for a signal (None if it cannot be had)."""
+    if message is None:
+        return None
+    with _kept_lock:
+        if message.id in _kept_calls:
+            return _kept_calls.pop(message.id) if finished else _kept_calls[message.id]
+    try:
+        call = backend_calls.read(conf.get_client().broker, message.queue, message.id)
+    except Exception:  # noqa: BLE001 - the signal goes out all the same, from the message
+        log.warning("the django.tasks call of message %s could not be read", message.id,
+                    exc_info=True)
+        return None
+    if not finished:
+        with _kept_lock:
+            _kept_calls[message.id] = call
+            while len(_kept_calls) > _KEPT_CALLS_MAX:
+                _kept_calls.popitem(last=False)
+    return call
+
+
 def _signal_result(task: Task, message: Any, status: Any, started_ms: int | None,
-                   worker: str, attempt: int) -> TaskResult:
-    args = list(message.args) if message is not None else []
-    kwargs = dict(message.kwargs) if message is not None else {}
+                   worker: str, attempt: int, *, finished: bool) -> TaskResult:
+    call = _call_of(message, finished=finished)
+    task = _as_enqueued(task, call)
+    if call is not None:
+        args, kwargs = call.args, call.kwargs
+    else:
+        args = list(message.args) if message is not None else []
+        kwargs = dict(message.kwargs) if message is not None else {}
     return TaskResult(task=task, id=message.id if message is not None else "",
                       status=status, enqueued_at=_when(message.created_ms if message else None),
                       started_at=_when(started_ms), finished_at=None,
                       last_attempted_at=_when(started_ms), args=args, kwargs=kwargs,
-                      backend=task.backend, errors=[], worker_ids=_worker_ids(attempt, worker))
+                      backend=call.alias if call is not None else task.backend, errors=[],
+                      worker_ids=_worker_ids(attempt, worker))
 
 
 def send_started(spec: TaskSpec, event: Started) -> None:
     """django.tasks ``task_started`` of an attempt (called by the worker's listener)."""
     task, backend = _bound(spec)
     result = _signal_result(task, event.message, TaskResultStatus.RUNNING, event.started_ms,
-                            event.worker, event.message.attempt)
+                            event.worker, event.message.attempt, finished=False)
     task_started.send_robust(backend, task_result=result)
 
 
@@ -450,17 +560,46 @@ def send_finished(spec: TaskSpec, event: Settled) -> None:
                                      error_message=getattr(event.letter, "error_message", None),
                                      reason=getattr(event.letter, "reason", None))
     ran = event.duration_ms is not None or event.failure is not None
-    started = record.started_ms if event.failure is not None else None
-    result = _signal_result(task, event.message, status, started, event.worker,
-                            event.attempt if ran else event.attempt - 1)
     finished = event.failure.finished_ms if event.failure is not None else now_ms()
+    if event.failure is not None:
+        started = record.started_ms
+    else:  # how long it ran, back from now: close enough for a signal
+        started = finished - event.duration_ms if event.duration_ms is not None else None
+    result = _signal_result(task, event.message, status, started, event.worker,
+                            event.attempt if ran else event.attempt - 1, finished=True)
     object.__setattr__(result, "finished_at", _when(finished))
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", event.result)
-    else:
-        record = replace(record, state=event.state)
-        result.errors.extend(_errors(record, event.error))
-    task_finished.send_robust(backend, task_result=result)
+        task_finished.send_robust(backend, task_result=result)
+        return
+    record = replace(record, state=event.state)
+    result.errors.extend(_errors(record, event.error))
+    _send_failed(backend, result, event.error or _failure(record))
+
+
+def _failure(record: Record) -> BaseException:
+    """The exception of a failure that raised none in this worker (cancelled, expired,
+    dead-lettered without running, a result that could not be stored)."""
+    error = {states.CANCELLED: TaskCancelled, states.EXPIRED: TaskExpired}.get(
+        record.state, TaskFailed)(record)
+    if record.traceback:
+        error.add_note(record.traceback.rstrip())
+    return error
+
+
+def _send_failed(backend: type, result: TaskResult, error: BaseException) -> None:
+    """``task_finished`` of a failure, sent while ``error`` is being handled, as Django's
+    own backends send it: receivers read it from ``sys.exc_info()`` (Django's
+    ``log_task_finished`` logs it with its traceback on the "django.tasks" logger, the
+    backport's with ``logger.exception`` on "django_tasks")."""
+    traceback = error.__traceback__
+    try:
+        raise error
+    except BaseException:  # noqa: BLE001 - raised to be handled here, for the receivers
+        task_finished.send_robust(backend, task_result=result)
+    finally:
+        # Raising it here added this frame to its traceback: the task's frames only.
+        error.__traceback__ = traceback
 
 
 # -- finding a task by name (conf.DjangoRegistry) ----------------------------------------

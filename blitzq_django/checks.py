@@ -27,6 +27,8 @@ blitzq.E020    two functions are decorated under one task name (the second is
 blitzq.E021    (deploy) the Redis server is older than 6.2
 blitzq.E022    (deploy) Redis evicts any key when full (maxmemory-policy allkeys-*):
                queued messages can vanish
+blitzq.E023    (django.tasks backend) TASKS uses BlitzQ without "blitzq_django" in
+               INSTALLED_APPS: no runworker, BLITZQ unchecked
 blitzq.W001    ``manage.py runworker`` is another app's command (e.g. channels)
 blitzq.W002    a task uses a queue not in BLITZQ["QUEUES"]
 blitzq.W003    (deploy) BROKER is "memory": tasks never leave the process

@@ -257,7 +257,22 @@ def _blitzq_task_backends() -> list[dict[str, Any]]:
     if not isinstance(tasks, dict):
         return []
     return [entry for entry in tasks.values() if isinstance(entry, dict)
-            and str(entry.get("BACKEND", "")).startswith("blitzq_django.backend.")]
+            and _is_blitzq_backend(entry.get("BACKEND", ""))]
+
+
+def _is_blitzq_backend(path: Any) -> bool:
+    """``path`` names the BlitzQ backend, or a subclass of it (a project's own)."""
+    path = str(path)
+    if path.startswith("blitzq_django.backend."):
+        return True
+    from django.utils.module_loading import import_string
+
+    try:
+        found = import_string(path)
+        from .backend import BlitzQBackend
+    except Exception:  # noqa: BLE001 - a BACKEND that does not import: Django reports it
+        return False
+    return isinstance(found, type) and issubclass(found, BlitzQBackend)
 
 
 def uses_django_tasks() -> bool:

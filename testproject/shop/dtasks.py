@@ -54,3 +54,13 @@ def record_order(tag: str) -> str:
     with _lock:
         ORDER.append(tag)
     return tag
+
+
+#: Set by a test to let ``wait_for_release`` return (the worker runs in the test process).
+RELEASE = threading.Event()
+
+
+@task
+def wait_for_release(timeout: float) -> bool:
+    """Runs until the test sets RELEASE (so that the test sees it running)."""
+    return RELEASE.wait(timeout)

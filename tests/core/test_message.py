@@ -262,3 +262,14 @@ def test_unknown_extension_type_is_not_executed() -> None:
     # An unknown ext code stays an opaque ExtType: nothing is ever unpickled or called.
     value = unpack(pack(msgpack.ExtType(99, b"payload")))
     assert value == msgpack.ExtType(99, b"payload")
+
+
+def test_peek_created_ms_reads_it_without_the_arguments() -> None:
+    from blitzq_django.engine.core.message import peek_created_ms
+
+    message = Message(id="a1", task="t", queue="default", args=[{"deep": [1, 2]}, b"x"],
+                      kwargs={"when": dt.datetime(2026, 1, 2, tzinfo=dt.UTC)},
+                      created_ms=1_733_212_345_678)
+    assert peek_created_ms(encode(message)) == 1_733_212_345_678
+    with pytest.raises(MessageDecodeError):
+        peek_created_ms(pack([1, "a1", "t"]))

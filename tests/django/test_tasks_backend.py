@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
+import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,11 @@ from blitzq_django.engine.client import TaskCancelled  # noqa: E402
 from blitzq_django.signals import worker_listeners  # noqa: E402
 from testproject.shop import dtasks  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
+
+try:  # the logger of Django's own task_finished receiver (log_task_finished)
+    from django.tasks.signals import logger as django_tasks_logger
+except ImportError:
+    from django_tasks.signals import logger as django_tasks_logger
 
 from .conftest import running_worker  # noqa: E402
 
@@ -327,3 +335,187 @@ def test_runworker_imports_their_module_and_runs_them(tasks_backend: Any, tmp_pa
         assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
     assert [r.return_value for r in results[:2]] == [42, 9]
     assert results[2].return_value["attempt"] == 1
+
+
+class _Kept(logging.Handler):
+    """Keeps the real records a logger emits."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_failure_reaches_djangos_logger_with_its_traceback(tasks_backend: Any) -> None:
+    # Django's log_task_finished logs a FAILED result with sys.exc_info(): the signal must
+    # be sent while the task's exception is handled, as Django's own backends send it.
+    kept = _Kept()
+    django_tasks_logger.addHandler(kept)
+    try:
+        failing = dtasks.fail.enqueue("card declined")
+        with worker():
+            finished(failing)
+            wait_until(lambda: any(r.levelno >= logging.ERROR for r in kept.records),
+                       message="Django's task_finished log line")
+    finally:
+        django_tasks_logger.removeHandler(kept)
+    (line,) = [r for r in kept.records if r.levelno >= logging.ERROR]
+    assert failing.id in line.getMessage() and "FAILED" in line.getMessage()
+    assert line.exc_info is not None and line.exc_info[0] is ValueError
+    assert str(line.exc_info[1]) == "card declined"
+    text = logging.Formatter().format(line)
+    # The task's own frame, as Django's ImmediateBackend logs it.
+    assert "raise ValueError(message)" in text and ", in fail" in text, text
+    assert "NoneType: None" not in text
+    # The exception keeps its own traceback (nothing of the listener added to it).
+    assert line.exc_info[1].__traceback__.tb_frame.f_code.co_name != "_send_failed"
+
+
+def test_a_failure_without_an_exception_reaches_djangos_logger(tasks_backend: Any) -> None:
+    # Cancelled before it ran: no exception was raised, the log line still has one.
+    kept = _Kept()
+    django_tasks_logger.addHandler(kept)
+    try:
+        result = dtasks.add.enqueue(1, 1)
+        assert conf.get_client().cancel(result.id).outcome == "revoked"
+        with worker():
+            finished(result)
+            wait_until(lambda: any(r.levelno >= logging.ERROR for r in kept.records),
+                       message="Django's task_finished log line")
+    finally:
+        django_tasks_logger.removeHandler(kept)
+    (line,) = [r for r in kept.records if r.levelno >= logging.ERROR]
+    assert result.id in line.getMessage()
+    assert line.exc_info is not None and line.exc_info[0] is TaskCancelled
+
+
+def test_get_result_returns_the_task_as_enqueued(settings: Any, blitzq_redis: Any) -> None:
+    both = {"BACKEND": BACKEND, "QUEUES": ["default", "emails"]}
+    settings.TASKS = {"default": both, "other": both}
+    run_after = dt.datetime.now(tz=dt.UTC) + dt.timedelta(hours=1, microseconds=7)
+    task = dtasks.add.using(queue_name="emails", priority=7, run_after=run_after,
+                            backend="other")
+    result = task.enqueue(2, b=3)
+    assert (result.task, result.backend) == (task, "other")
+    fetched = dtasks.add.get_result(result.id)  # through the "default" alias
+    assert fetched.task == task  # queue_name, priority, run_after, backend
+    assert (fetched.task.queue_name, fetched.task.priority, fetched.task.run_after,
+            fetched.task.backend) == ("emails", 7, run_after, "other")
+    assert (fetched.args, fetched.kwargs) == ([2], {"b": 3})
+    assert fetched == result  # every field Django compares, enqueued_at included
+    # Cancelling where the result says it is finds it.
+    assert conf.get_client().cancel(fetched.id, queue=fetched.task.queue_name)
+    fetched.refresh()
+    assert fetched.status == TaskResultStatus.FAILED
+    assert fetched.errors[0].exception_class is TaskCancelled
+
+    # Run by a worker: the signals and the result carry the Task as enqueued too.
+    seen: list[Any] = []
+
+    def on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(task_result)
+
+    low = dtasks.add.using(queue_name="emails", priority=-5)
+    ran = low.enqueue(b=4, a=1)
+    task_finished.connect(on_finished)
+    try:
+        with running_worker(queues=("emails",), listeners=worker_listeners()):
+            finished(ran)
+            wait_until(lambda: seen, message="task_finished")
+    finally:
+        task_finished.disconnect(on_finished)
+    again = dtasks.add.get_result(ran.id)
+    for found in (ran, again, seen[0]):
+        assert found.task == low and (found.args, found.kwargs) == ([], {"b": 4, "a": 1})
+        assert found.enqueued_at == ran.enqueued_at
+    assert again.return_value == 5
+    assert seen[0].backend == "default" and seen[0].finished_at >= seen[0].started_at
+
+
+def test_enqueued_at_is_the_one_stored(settings: Any, blitzq_redis: Any,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # With TRACK_STATE the record is written at enqueue; enqueue() must return its
+    # time, not a time of its own. A clock that moves 1 ms per read shows any second read.
+    settings.BLITZQ = {**settings.BLITZQ, "TRACK_STATE": True}
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    assert conf.get_client().track_state
+    real, reads = time.time, itertools.count()
+    monkeypatch.setattr(time, "time", lambda: real() + next(reads) / 1000)
+    results = [dtasks.add.enqueue(n, n) for n in range(5)]
+    monkeypatch.undo()
+    for result in results:
+        assert dtasks.add.get_result(result.id).enqueued_at == result.enqueued_at
+
+
+@pytest.mark.parametrize("track_state", [True, False], ids=["TRACK_STATE", "default"])
+def test_get_result_says_running_while_it_runs(settings: Any, blitzq_redis: Any,
+                                               track_state: bool) -> None:
+    # The default (TRACK_STATE off) relies on the engine's inspect() reporting running
+    # messages (issue 19, item 5).
+    settings.BLITZQ = {**settings.BLITZQ, "TRACK_STATE": track_state}
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    dtasks.RELEASE.clear()
+    result = dtasks.wait_for_release.enqueue(30)
+    try:
+        with worker():
+            def running() -> bool:
+                result.refresh()
+                return result.status == TaskResultStatus.RUNNING
+
+            wait_until(running, timeout=15, message="get_result() saying RUNNING")
+            assert not result.is_finished and result.started_at is not None
+            dtasks.RELEASE.set()
+            finished(result)
+    finally:
+        dtasks.RELEASE.set()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, True)
+
+
+def test_check_error_without_the_app(settings: Any, blitzq_redis: Any) -> None:
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    backend = BlitzQBackend("default", settings.TASKS["default"])
+    assert "blitzq.E023" not in {m.id for m in backend.check()}
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS
+                               if app != "blitzq_django"]
+    (error,) = [m for m in backend.check() if m.id == "blitzq.E023"]
+    assert error.level == checks_error_level()
+    assert "INSTALLED_APPS" in error.msg and "'blitzq_django'" in (error.hint or "")
+
+
+def checks_error_level() -> int:
+    from django.core import checks
+
+    return checks.ERROR
+
+
+def test_a_subclass_of_the_backend_is_served_and_heard(settings: Any, blitzq_redis: Any) -> None:
+    from blitzq_django.signals import django_tasks_queues
+
+    settings.TASKS = {"default": {"BACKEND": "tests.django.contract_backends.QueuedBackend",
+                                  "QUEUES": ["default", "emails"]}}
+    (listener,) = worker_listeners()  # its task_started / task_finished
+    assert listener.django_tasks is True
+    assert django_tasks_queues() == ["default", "emails"]  # runworker serves them
+    settings.TASKS = {"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}
+    assert worker_listeners() == [] and django_tasks_queues() == []
+
+
+def test_get_result_on_the_memory_broker(settings: Any, blitzq_memory: Any) -> None:
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    task = dtasks.add.using(priority=-3)
+    result = task.enqueue(1, b=2)
+    fetched = dtasks.add.get_result(result.id)
+    assert fetched == result and fetched.task == task and fetched.kwargs == {"b": 2}
+
+
+def test_what_the_worker_calls_has_the_callers_signature(tasks_backend: Any) -> None:
+    # Arguments are checked against it at enqueue (issue 19, item 4): a takes_context
+    # task is called with its arguments after `context`.
+    import inspect
+
+    for task, params in ((dtasks.add, ["a", "b"]), (dtasks.describe_attempt, ["tag"])):
+        task.get_backend().validate_task(task)
+        runner = conf.registry.get(task.module_path).func
+        assert list(inspect.signature(runner).parameters) == params

@@ -47,6 +47,9 @@ key                                     type      holds
 ``bq:{ns:queue}:p:<id>``                hash      progress of one message (engine/progress.py):
                                                   done, total, note, time, owner; TTL record_ttl
 ``bq:{ns:queue}:pg:<id>``               channel   published with each progress write
+``bq:{ns:queue}:dc:<id>``               string    the django.tasks call of one message (the
+                                                  Task as enqueued, its arguments), written
+                                                  by blitzq_django.backend; TTL
 ``bq:{ns:queue}:mx``                    hash      metrics folded from the events stream
                                                   (engine/metrics.py): counters, histogram
                                                   buckets, the events cursor folded up to
@@ -174,6 +177,10 @@ class QueueKeys:
     def progress_channel(self, message_id: str) -> str:
         """Published with each progress write of one message."""
         return f"{self.tag}:pg:{message_id}"
+
+    def django_call(self, message_id: str) -> str:
+        """The django.tasks call of one message (blitzq_django.backend_calls), with a TTL."""
+        return f"{self.tag}:dc:{message_id}"
 
     @property
     def metrics(self) -> str:
