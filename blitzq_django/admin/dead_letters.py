@@ -33,6 +33,7 @@ from .common import (
     known_queues,
     record_context,
 )
+from .pages import Filter, list_context
 
 PER_PAGE = 100
 REASONS = (reasons.RETRIES_EXHAUSTED, reasons.NOT_RETRYABLE, reasons.MAX_DELIVERIES,
@@ -123,6 +124,7 @@ class DeadLetterAdmin(PageAdmin):
         more = False
         counts: dict[str, int] = {}
         queues: list[str] = []
+        unavailable = True  # until Redis answered: no count is shown, not even 0
         with engine_errors(request, "The dead letters could not be read"):
             queues = known_queues()
             dl = client().dead_letters
@@ -134,28 +136,30 @@ class DeadLetterAdmin(PageAdmin):
             rows = [_row(x) for x in merged[page * PER_PAGE:(page + 1) * PER_PAGE]]
             more = len(merged) > (page + 1) * PER_PAGE
             counts = {q: client().queue_stats(q).dead_letters for q in queues}
+            unavailable = False
         base: dict[str, str | None] = dict(filters)
 
         def link(**change: str | None) -> str:
             params = {**base, **change}
             return "?" + urlencode({k: v for k, v in params.items() if v})
 
-        choices = {
-            "queue": [("All", link(queue=None), "queue" not in filters)] + [
-                (f"{q} ({counts.get(q, '?')})", link(queue=q), filters.get("queue") == q)
-                for q in queues],
-            "reason": [("All", link(reason=None), "reason" not in filters)] + [
-                (r, link(reason=r), filters.get("reason") == r) for r in REASONS],
-            "task": [("All", link(task=None), "task" not in filters)] + [
+        panel = [
+            Filter("queue", [("All", link(queue=None), "queue" not in filters)] + [
+                (f"{q} ({counts[q]})" if q in counts else q, link(queue=q),
+                 filters.get("queue") == q) for q in queues]),
+            Filter("reason", [("All", link(reason=None), "reason" not in filters)] + [
+                (r, link(reason=r), filters.get("reason") == r) for r in REASONS]),
+            Filter("task", [("All", link(task=None), "task" not in filters)] + [
                 (t, link(task=t), filters.get("task") == t)
-                for t in sorted(spec.name for spec in conf.registry)],
-        }
+                for t in sorted(spec.name for spec in conf.registry)]),
+        ]
         context = self._context(
-            request, "Dead letters", rows=rows, filters=filters, choices=choices,
+            request, "Dead letters", rows=rows, filters=filters,
             page=page, more=more, previous_link=link(p=str(page - 1)) if page else None,
             next_link=link(p=str(page + 1)) if more else None,
-            all_query=urlencode({**filters, "all": "1"}),
-            total=sum(counts.values()), **(extra_context or {}))
+            all_query=urlencode({**filters, "all": "1"}), unavailable=unavailable,
+            total=sum(counts.values()),
+            **list_context(self.opts, panel, "?" if filters else ""), **(extra_context or {}))
         return TemplateResponse(request, "admin/blitzq_django/deadletter/change_list.html",
                                 context)
 

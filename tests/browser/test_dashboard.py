@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from blitzq_django.engine import Client
 from testproject.shop import tasks
 from tests.django.conftest import running_worker
 
-from .conftest import skip_without_browser
+from .conftest import screenshots_dir, skip_without_browser
 
 skip_without_browser()
 
@@ -35,7 +34,7 @@ asgi_page, blitzq, daphne = _asgi.asgi_page, _asgi.blitzq, _asgi.daphne
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct horse battery staple"
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+IMG = screenshots_dir()
 DASHBOARD = "/admin/blitzq_django/queueoverview/dashboard/"
 
 
