@@ -174,12 +174,14 @@ class DeadLetterAdmin(PageAdmin):
         shown: dict[str, Any] | None = None
         letter = None
         live = None
+        unavailable = True  # until Redis answered: not "not a dead letter"
         with engine_errors(request, "The dead letter could not be read"):
             letter = client().dead_letters.get(message_id, queue)
             if letter is not None:
                 shown = redaction.shown_dead_letter(letter)
             else:
                 live = record_context(client().inspect(message_id, queue=queue))
+            unavailable = False
         history_url = None
         if request.user.has_perm(f"{self.opts.app_label}.view_taskrecord"):
             row = TaskRecord.objects.filter(task_id=message_id).only("pk").first()
@@ -188,7 +190,7 @@ class DeadLetterAdmin(PageAdmin):
                                       args=[row.pk], current_app=self.admin_site.name)
         context = self._context(
             request, f"Dead letter {message_id}", history_url=history_url, queue=queue,
-            message_id=message_id, letter=shown, live=live,
+            message_id=message_id, letter=shown, live=live, unavailable=unavailable,
             args=as_json(shown["args"]) if shown else "",
             kwargs=as_json(shown["kwargs"]) if shown else "",
             dead=from_ms(letter.dead_ms) if letter else None,
@@ -225,7 +227,8 @@ class DeadLetterAdmin(PageAdmin):
         if request.method == "POST" and params.get("confirm") == "yes":
             done = 0
             asked = 0
-            with engine_errors(request, f"The dead letters could not be {verb}ed"):
+            done_word = {"replay": "replayed", "purge": "purged"}[verb]
+            with engine_errors(request, f"The dead letters could not be {done_word}"):
                 dl = client().dead_letters
                 if every:
                     for q in self._queues(filters):
@@ -251,6 +254,7 @@ class DeadLetterAdmin(PageAdmin):
         # The confirmation page: what would be done, and a form to do it.
         letters: list[dict[str, Any]] = []
         count = 0
+        unavailable = True  # until Redis answered: not "nothing to replay"
         with engine_errors(request, "The dead letters could not be read"):
             dl = client().dead_letters
             if every:
@@ -265,11 +269,13 @@ class DeadLetterAdmin(PageAdmin):
                         if letter is not None:
                             letters.append(_row(letter))
                 count = len(letters)
+            unavailable = False
         context = self._context(
             request, f"{verb.capitalize()} dead letters: are you sure?", verb=verb,
             every=every, filters=filters, letters=letters[:100], count=count,
             more=count - len(letters[:100]), keys=[r["key"] for r in letters],
-            action_url=self._url(verb), back=back, origin=params.get("from", ""))
+            action_url=self._url(verb), back=back, origin=params.get("from", ""),
+            unavailable=unavailable)
         return TemplateResponse(request, "admin/blitzq_django/deadletter/confirm.html", context)
 
     def _report(self, request: HttpRequest, verb: str, done: int, asked: int) -> None:

@@ -46,6 +46,8 @@ FIELD_WORDS = (("kwargs", "kwargs"), ("args", "args"), ("cron", "cron"), ("every
                ("tz ", "timezone"), ("queue", "queue"), ("priority", "priority"),
                ("missed", "missed"), ("catch_up", "catch_up"), ("task", "task"),
                ("name", "name"))
+#: A last run, message or outcome when Redis cannot be read: not "-" (never ran).
+UNKNOWN = mark_safe('<span class="blitzq-muted">unknown (Redis could not be read)</span>')
 RUN_NOTE = ("Each schedule's task is enqueued once, at once, with the schedule's arguments "
             "(paused ones too), as a message of its own: the schedule's occurrences are not "
             "changed.")
@@ -264,8 +266,9 @@ def _relative(ms: int | None, now_ms: int) -> str:
 
 
 def describe_runs(schedule: Schedule | None, info: ScheduleInfo | None,
-                  now_ms: int) -> dict[str, Any]:
-    """What the list shows of one schedule: next runs, last run, message and outcome."""
+                  now_ms: int, readable: bool = True) -> dict[str, Any]:
+    """What the list shows of one schedule: next runs, last run, message and outcome
+    (``readable`` False: Redis could not be read, so its runs are unknown, not none)."""
     if schedule is None:
         return {"next": [], "paused": False, "invalid": True}
     tz = _zone_of(schedule)
@@ -280,13 +283,16 @@ def describe_runs(schedule: Schedule | None, info: ScheduleInfo | None,
         "last_message": info.last_message_id or "" if info else "",
         "outcome": info.outcome if info else "unknown",
         "missed_runs": info.missed_runs if info else 0,
+        "unreadable": not readable,
     }
 
 
-def _infos(request: HttpRequest, schedules: list[Schedule]) -> dict[str, ScheduleInfo]:
+def _infos(request: HttpRequest, schedules: list[Schedule]) -> dict[str, ScheduleInfo] | None:
+    """The schedules' last runs from Redis; None (and an error message) when it cannot
+    be read."""
     found = safely(request, "The last runs could not be read from Redis",
-                   lambda: infos(client(), schedules), [])
-    return {i.name: i for i in found}
+                   lambda: infos(client(), schedules), None)
+    return None if found is None else {i.name: i for i in found}
 
 
 def _now_ms() -> int:
@@ -380,6 +386,8 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
     @admin.display(description="last run")
     def last_run_display(self, obj: PeriodicSchedule) -> str:
         runs = self._runs(obj)
+        if runs.get("unreadable"):
+            return UNKNOWN
         if not runs.get("last_run"):
             return "-"
         return format_html('<span title="{}">{}</span>', runs["last_run"], runs["last_run_age"])
@@ -387,6 +395,8 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
     @admin.display(description="last message")
     def last_message_display(self, obj: PeriodicSchedule) -> str:
         runs = self._runs(obj)
+        if runs.get("unreadable"):
+            return UNKNOWN
         return format_html('<span class="blitzq-message">{}</span>',
                            runs.get("last_message") or "-")
 
@@ -412,7 +422,8 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
         for row in rows:
             schedule = built[row.pk]
             row.blitzq_runs = describe_runs(
-                schedule, found.get(schedule.name) if schedule else None, now)
+                schedule, found.get(schedule.name) if schedule and found else None, now,
+                readable=found is not None)
         return changelist
 
     def code_rows(self, request: HttpRequest) -> list[dict[str, Any]]:
@@ -423,14 +434,14 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
         now = _now_ms()
         out = []
         for schedule in sorted(registry, key=lambda s: s.name):
-            info = found.get(schedule.name)
+            info = found.get(schedule.name) if found else None
             out.append({"name": schedule.name, "task": schedule.task,
                         "timing": schedule.describe(), "source": schedule.source,
                         "zone": _zone_of(schedule) or "-",
                         "queue": info.queue if info else (schedule.queue or ""),
                         "missed": schedule.missed, "enabled": schedule.enabled,
                         "registered": conf.registry.find(schedule.task) is not None,
-                        **describe_runs(schedule, info, now)})
+                        **describe_runs(schedule, info, now, readable=found is not None)})
         return out
 
     def changelist_view(self, request: HttpRequest,
