@@ -28,7 +28,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from .. import conf, periodic, periodic_db
@@ -92,6 +92,15 @@ class PeriodicScheduleForm(forms.ModelForm):
                    "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
                    "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
                    "description": forms.Textarea(attrs={"rows": 3, "cols": 60})}
+        help_texts = {"task": "One of the tasks registered in this process (suggested as "
+                              "you type), e.g. shop.tasks.cleanup."}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The admin renders help texts as HTML (its fieldset.html marks them safe); ours are
+        # text ("periodic:<name>:<ms>" would lose its <name> as a tag), so escape them.
+        for field in self.fields.values():
+            field.help_text = escape(field.help_text)
 
     def _where(self) -> str:
         name = self.cleaned_data.get("name") or self.data.get(self.add_prefix("name")) or ""
