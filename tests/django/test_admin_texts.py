@@ -42,7 +42,7 @@ def intended_help() -> dict[str, str]:
     meta = PeriodicScheduleForm.Meta
     texts = {f.name: str(f.help_text) for f in PeriodicSchedule._meta.get_fields()
              if getattr(f, "help_text", "") and f.name in meta.fields}
-    texts.update({name: str(text) for name, text in meta.help_texts.items()})
+    texts.update({name: str(text) for name, text in getattr(meta, "help_texts", {}).items()})
     return texts
 
 
