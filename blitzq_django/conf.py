@@ -154,10 +154,11 @@ DEFAULTS: dict[str, Any] = {
     "PERIODIC": {},
     # Who may follow a task's progress (docs/progress.md): the dotted path of a function
     # (user, task: blitzq_django.progress.Followed) -> bool. The default lets the user
-    # who enqueued it (its user_id header) and staff.
-    "PROGRESS_PERMISSION": "blitzq_django.progress.owner_or_staff",
+    # who enqueued it (its user_id header) and staff with view_taskrecord.
+    "PROGRESS_PERMISSION": "blitzq_django.progress.owner_or_viewer",
     # A token that lets a scraper read /metrics and the JSON stats with the header
-    # "Authorization: Bearer <token>" (docs/metrics.md); None: staff sessions only.
+    # "Authorization: Bearer <token>" (docs/metrics.md); None: sessions of staff with
+    # view_queueoverview only.
     "METRICS_TOKEN": None,
 }
 

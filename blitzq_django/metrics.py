@@ -6,7 +6,9 @@ Gauges are read from Redis at each scrape (``queue_stats``, the worker registry)
 
 The Prometheus view needs the ``metrics`` extra (``pip install blitzq-django[metrics]``,
 ``prometheus-client``); the JSON view does not. Both answer a staff session, or a
-scraper sending ``Authorization: Bearer <BLITZQ["METRICS_TOKEN"]>``.
+scraper sending ``Authorization: Bearer <BLITZQ["METRICS_TOKEN"]>``. The staff session
+needs the admin's model permission to see the queues (``PERMISSION``), as the Queues page
+and the dashboard do: a staff account without it is refused.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ import hmac
 from collections.abc import Iterator
 from typing import Any
 
+import redis
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
 from . import conf
 from .engine import metrics as engine_metrics
 from .engine.client import Client
+from .engine.errors import BlitzqError
+
+#: What a scrape may meet when Redis cannot be read (as the admin pages: admin/common.py).
+ENGINE_ERRORS: tuple[type[BaseException], ...] = (BlitzqError, redis.RedisError, OSError)
 
 #: Gauges of a queue: name, QueueStats field, help.
 GAUGES = (
@@ -31,10 +38,29 @@ GAUGES = (
 )
 
 
+#: What each counter counts (HELP). "failed" is one thing everywhere (the dashboard's
+#: total of the same name, the history's state): messages that failed for good without
+#: being kept as dead letters; every failure is retried + failed + dead_lettered.
+COUNTER_HELP = {
+    "enqueued": "Messages enqueued",
+    "scheduled": "Messages scheduled for later (delay, ETA, rate-limit deferral)",
+    "started": "Attempts started",
+    "succeeded": "Messages whose attempt succeeded",
+    "failed": "Messages that failed for good and were not kept as dead letters "
+              "(dead_letter=False); every failure is retried + failed + dead_lettered",
+    "retried": "Attempts that raised and will run again",
+    "dead_lettered": "Messages given up and kept as dead letters",
+}
+
+
 def queues(client: Client) -> list[str]:
     """The queues shown: those of the settings, of the routes and of every task."""
     names = set(conf.get_settings()["QUEUES"]) | client.known_queues()
     return sorted(names)
+
+
+#: The admin's permission to see the queues (the Queues page, the dashboard).
+PERMISSION = "blitzq_django.view_queueoverview"
 
 
 def allowed(request: HttpRequest) -> bool:
@@ -43,16 +69,18 @@ def allowed(request: HttpRequest) -> bool:
     if token and header.startswith("Bearer "):
         return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token.encode())
     user = getattr(request, "user", None)
-    return bool(user is not None and user.is_authenticated and user.is_staff)
+    return bool(user is not None and user.is_authenticated and user.is_active
+                and user.is_staff and user.has_perm(PERMISSION))
 
 
 def _refused(request: HttpRequest) -> HttpResponse:
+    session = f"a staff session with the {PERMISSION} permission"
     if conf.get_settings()["METRICS_TOKEN"]:
-        response = HttpResponse("a bearer token or a staff session is needed\n", status=401,
+        response = HttpResponse(f"a bearer token or {session} is needed\n", status=401,
                                 content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="blitzq"'
         return response
-    return HttpResponse("staff only\n", status=403, content_type="text/plain")
+    return HttpResponse(f"{session} is needed\n", status=403, content_type="text/plain")
 
 
 def gather(client: Client) -> dict[str, Any]:
@@ -85,8 +113,8 @@ class Collector:
 
         queues_ = self.numbers["queues"]
         for kind in engine_metrics.COUNTED:
-            family = CounterMetricFamily(f"blitzq_tasks_{kind}",
-                                         f"Messages {kind.replace('_', ' ')}, from the events",
+            text = COUNTER_HELP.get(kind, f"Messages {kind.replace('_', ' ')}")
+            family = CounterMetricFamily(f"blitzq_tasks_{kind}", f"{text}, from the events",
                                          labels=["queue"])
             for queue, numbers in queues_.items():
                 family.add_metric([queue], numbers["counters"].get(kind, 0))
@@ -118,8 +146,12 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return _refused(request)
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+    try:
+        numbers = gather(conf.get_client())
+    except ENGINE_ERRORS as exc:
+        return _unreadable(exc)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Collector(gather(conf.get_client())))  # type: ignore[arg-type]
+    registry.register(Collector(numbers))  # type: ignore[arg-type]
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
@@ -128,7 +160,17 @@ def stats_view(request: HttpRequest) -> HttpResponse:
     """The same numbers as JSON."""
     if not allowed(request):
         return _refused(request)
-    numbers = gather(conf.get_client())
+    try:
+        numbers = gather(conf.get_client())
+    except ENGINE_ERRORS as exc:
+        return _unreadable(exc)
     for queue in numbers["queues"].values():
         queue.pop("_folded")
     return JsonResponse(numbers)
+
+
+def _unreadable(exc: BaseException) -> HttpResponse:
+    """Redis cannot be read: a 503 that says so (the scrape fails, so Prometheus' ``up``
+    is 0), never numbers made up from nothing."""
+    return HttpResponse(f"Redis could not be read: {type(exc).__name__}\n", status=503,
+                        content_type="text/plain")

@@ -8,7 +8,7 @@
 - ``progress_view``: the same snapshot over HTTP, for the polling fallback of
   ``static/blitzq_django/progress.js``.
 - Who may follow a task: ``BLITZQ["PROGRESS_PERMISSION"]``, by default
-  ``owner_or_staff``.
+  ``owner_or_viewer``: its owner, or staff allowed to read task records in the admin.
 """
 
 from __future__ import annotations
@@ -50,13 +50,36 @@ class Followed:
     owner: str | None
 
 
+#: The admin's permission to read any task's arguments, results and errors (the task
+#: history); the default rule lets staff who have it follow any task.
+VIEW_PERMISSION = "blitzq_django.view_taskrecord"
+
+
+def _is_owner(user: Any, task: Followed) -> bool:
+    return task.owner is not None and task.owner == str(user.pk)
+
+
+def owner_or_viewer(user: Any, task: Followed) -> bool:
+    """The default permission: the authenticated user who enqueued the task, or active
+    staff with ``blitzq_django.view_taskrecord`` (the admin's model permission to read
+    task records: superusers have it). A staff account without it follows only its own
+    tasks."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    if _is_owner(user, task):
+        return True
+    return bool(getattr(user, "is_active", False) and getattr(user, "is_staff", False)
+                and user.has_perm(VIEW_PERMISSION))
+
+
 def owner_or_staff(user: Any, task: Followed) -> bool:
-    """The default permission: staff, or the authenticated user who enqueued the task."""
+    """Looser than the default: the task's owner, or any staff user, whatever their
+    model permissions (set it in PROGRESS_PERMISSION to have that)."""
     if user is None or not getattr(user, "is_authenticated", False):
         return False
     if getattr(user, "is_staff", False):
         return True
-    return task.owner is not None and task.owner == str(user.pk)
+    return _is_owner(user, task)
 
 
 @functools.cache

@@ -17,13 +17,18 @@ the end lists them all:
 4. The Django tests (``tests/django``) again on PostgreSQL when one is reachable
    (``DATABASE_URL``, else ``postgres://postgres@127.0.0.1:5432/test``); skipped
    with the reason otherwise.
-5. The Django tests again with Django 6 in ``.venv-dj6``, on Python 3.12+ (skipped
-   with the reason when there is none, or with ``--no-django6``).
+5. The Django tests and the browser tests (``tests/browser``: the admin's and the
+   dashboard's pages are drawn differently by each Django) again with Django 6 in
+   ``.venv-dj6``, on Python 3.12+ (skipped with the reason when there is none, or with
+   ``--no-django6``).
 
 Steps 4 and 5 run at the same time: each waits on its own Redis, processes and
 database far more than it computes, so together they take about as long as one
-(measured: about 260 s each alone, 262 s for both at once on a 2-core machine). Their
-output is printed whole, one after the other, as each ends.
+(measured: about 260 s each alone, 262 s for both at once on a 2-core machine, before
+step 5 ran the browser tests). The browser tests add to step 5 what they take on Django 6
+(measured alone on Django 6.1: 85 s for the 18 of them then on a quiet machine; 250 s
+for the 22 now with both cores shared by other runs, load 10), so it ends about two
+minutes after step 4. Their output is printed whole, one after the other, as each ends.
 
 Only the standard library is used here: this file runs before anything is installed.
 """
@@ -48,6 +53,10 @@ VENV_DJ6 = ROOT / ".venv-dj6"
 STAMP_NAME = ".blitzq-install"
 LINT_PATHS = ("blitzq_django", "tests", "testproject", "bench", "scripts")
 DJANGO_TESTS = "tests/django"
+BROWSER_TESTS = "tests/browser"
+#: What the Django 6 pass runs: the browser tests too, since the admin's and the
+#: dashboard's pages are drawn by each Django's own templates and CSS.
+DJANGO6_DIRS = (DJANGO_TESTS, BROWSER_TESTS)
 DJANGO6_SPEC = "django>=6.0,<7"
 DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 # Settings that pick the test database; the main pass always runs on SQLite.
@@ -234,11 +243,12 @@ class PytestBeside:
         return step
 
 
-def django_args(extra: list[str]) -> list[str] | None:
-    """pytest arguments for a Django-only pass: tests/django plus the user's options.
+def django_args(extra: list[str], dirs: tuple[str, ...] = (DJANGO_TESTS,)) -> list[str] | None:
+    """pytest arguments for a pass over some test folders (``dirs``: tests/django, and
+    tests/browser for the Django 6 pass) plus the user's options.
 
-    Paths the user named outside tests/django are dropped; if every path named was
-    outside it, there is nothing to run (None).
+    Paths the user named outside those folders are dropped; if every path named was
+    outside them, there is nothing to run (None).
     """
     paths, options = [], []
     for arg in extra:
@@ -248,15 +258,17 @@ def django_args(extra: list[str]) -> list[str] | None:
         else:
             options.append(arg)
     if not paths:
-        return [DJANGO_TESTS, *options]
-    django_dir = (ROOT / DJANGO_TESTS).resolve()
+        return [*dirs, *options]
+    folders = {folder: (ROOT / folder).resolve() for folder in dirs}
     selected: list[str] = []
     for arg in paths:
         target = (ROOT / arg.split("::", 1)[0]).resolve()
-        if target == django_dir or django_dir in target.parents:
-            selected.append(arg)  # inside tests/django
-        elif target in django_dir.parents and DJANGO_TESTS not in selected:
-            selected.append(DJANGO_TESTS)  # "tests" or ".": all of tests/django
+        for folder, path in folders.items():
+            if target == path or path in target.parents:
+                selected.append(arg)  # inside one of the folders
+                break
+            if target in path.parents and folder not in selected:
+                selected.append(folder)  # "tests" or ".": all of the folder
     return [*selected, *options] if selected else None
 
 
@@ -313,7 +325,7 @@ def find_python312() -> tuple[str | None, str]:
 
 
 PG_PASS = "pytest tests/django on PostgreSQL"
-DJ6_PASS = "pytest tests/django on Django 6"
+DJ6_PASS = "pytest tests/django tests/browser on Django 6"
 
 
 def start_postgres_pass(python: Path, dj_args: list[str] | None, options: argparse.Namespace,
@@ -337,7 +349,8 @@ def start_django6_pass(dj_args: list[str] | None,
                        options: argparse.Namespace) -> PytestBeside | Step:
     """Step 5, started after its venv is ready, or why it is skipped."""
     if dj_args is None:
-        return Step(DJ6_PASS, "SKIP", 0, "the pytest arguments select no Django tests")
+        return Step(DJ6_PASS, "SKIP", 0, "the pytest arguments select no Django or browser "
+                                          "tests")
     if options.no_django6:
         return Step(DJ6_PASS, "SKIP", 0, "--no-django6")
     py312, why = find_python312()
@@ -406,10 +419,11 @@ def main(argv: list[str]) -> int:
         steps.append(step_pytest("pytest", VENV, pytest_extra, sqlite_env))
 
         dj_args = django_args(pytest_extra)
+        dj6_args = django_args(pytest_extra, DJANGO6_DIRS)
         beside: list[PytestBeside | Step] = []  # steps 4 and 5, in this order
         try:
             beside.append(start_postgres_pass(python, dj_args, options, sqlite_env))
-            beside.append(start_django6_pass(dj_args, options))
+            beside.append(start_django6_pass(dj6_args, options))
         finally:
             steps += [b.finish() if isinstance(b, PytestBeside) else b for b in beside]
     except Abort as exc:

@@ -33,6 +33,7 @@ from .common import (
     known_queues,
     record_context,
 )
+from .pages import Filter, list_context
 
 PER_PAGE = 100
 REASONS = (reasons.RETRIES_EXHAUSTED, reasons.NOT_RETRYABLE, reasons.MAX_DELIVERIES,
@@ -123,6 +124,7 @@ class DeadLetterAdmin(PageAdmin):
         more = False
         counts: dict[str, int] = {}
         queues: list[str] = []
+        unavailable = True  # until Redis answered: no count is shown, not even 0
         with engine_errors(request, "The dead letters could not be read"):
             queues = known_queues()
             dl = client().dead_letters
@@ -134,28 +136,30 @@ class DeadLetterAdmin(PageAdmin):
             rows = [_row(x) for x in merged[page * PER_PAGE:(page + 1) * PER_PAGE]]
             more = len(merged) > (page + 1) * PER_PAGE
             counts = {q: client().queue_stats(q).dead_letters for q in queues}
+            unavailable = False
         base: dict[str, str | None] = dict(filters)
 
         def link(**change: str | None) -> str:
             params = {**base, **change}
             return "?" + urlencode({k: v for k, v in params.items() if v})
 
-        choices = {
-            "queue": [("All", link(queue=None), "queue" not in filters)] + [
-                (f"{q} ({counts.get(q, '?')})", link(queue=q), filters.get("queue") == q)
-                for q in queues],
-            "reason": [("All", link(reason=None), "reason" not in filters)] + [
-                (r, link(reason=r), filters.get("reason") == r) for r in REASONS],
-            "task": [("All", link(task=None), "task" not in filters)] + [
+        panel = [
+            Filter("queue", [("All", link(queue=None), "queue" not in filters)] + [
+                (f"{q} ({counts[q]})" if q in counts else q, link(queue=q),
+                 filters.get("queue") == q) for q in queues]),
+            Filter("reason", [("All", link(reason=None), "reason" not in filters)] + [
+                (r, link(reason=r), filters.get("reason") == r) for r in REASONS]),
+            Filter("task", [("All", link(task=None), "task" not in filters)] + [
                 (t, link(task=t), filters.get("task") == t)
-                for t in sorted(spec.name for spec in conf.registry)],
-        }
+                for t in sorted(spec.name for spec in conf.registry)]),
+        ]
         context = self._context(
-            request, "Dead letters", rows=rows, filters=filters, choices=choices,
+            request, "Dead letters", rows=rows, filters=filters,
             page=page, more=more, previous_link=link(p=str(page - 1)) if page else None,
             next_link=link(p=str(page + 1)) if more else None,
-            all_query=urlencode({**filters, "all": "1"}),
-            total=sum(counts.values()), **(extra_context or {}))
+            all_query=urlencode({**filters, "all": "1"}), unavailable=unavailable,
+            total=sum(counts.values()),
+            **list_context(self.opts, panel, "?" if filters else ""), **(extra_context or {}))
         return TemplateResponse(request, "admin/blitzq_django/deadletter/change_list.html",
                                 context)
 
@@ -170,12 +174,14 @@ class DeadLetterAdmin(PageAdmin):
         shown: dict[str, Any] | None = None
         letter = None
         live = None
+        unavailable = True  # until Redis answered: not "not a dead letter"
         with engine_errors(request, "The dead letter could not be read"):
             letter = client().dead_letters.get(message_id, queue)
             if letter is not None:
                 shown = redaction.shown_dead_letter(letter)
             else:
                 live = record_context(client().inspect(message_id, queue=queue))
+            unavailable = False
         history_url = None
         if request.user.has_perm(f"{self.opts.app_label}.view_taskrecord"):
             row = TaskRecord.objects.filter(task_id=message_id).only("pk").first()
@@ -184,7 +190,7 @@ class DeadLetterAdmin(PageAdmin):
                                       args=[row.pk], current_app=self.admin_site.name)
         context = self._context(
             request, f"Dead letter {message_id}", history_url=history_url, queue=queue,
-            message_id=message_id, letter=shown, live=live,
+            message_id=message_id, letter=shown, live=live, unavailable=unavailable,
             args=as_json(shown["args"]) if shown else "",
             kwargs=as_json(shown["kwargs"]) if shown else "",
             dead=from_ms(letter.dead_ms) if letter else None,
@@ -221,7 +227,8 @@ class DeadLetterAdmin(PageAdmin):
         if request.method == "POST" and params.get("confirm") == "yes":
             done = 0
             asked = 0
-            with engine_errors(request, f"The dead letters could not be {verb}ed"):
+            done_word = {"replay": "replayed", "purge": "purged"}[verb]
+            with engine_errors(request, f"The dead letters could not be {done_word}"):
                 dl = client().dead_letters
                 if every:
                     for q in self._queues(filters):
@@ -247,6 +254,7 @@ class DeadLetterAdmin(PageAdmin):
         # The confirmation page: what would be done, and a form to do it.
         letters: list[dict[str, Any]] = []
         count = 0
+        unavailable = True  # until Redis answered: not "nothing to replay"
         with engine_errors(request, "The dead letters could not be read"):
             dl = client().dead_letters
             if every:
@@ -261,11 +269,13 @@ class DeadLetterAdmin(PageAdmin):
                         if letter is not None:
                             letters.append(_row(letter))
                 count = len(letters)
+            unavailable = False
         context = self._context(
             request, f"{verb.capitalize()} dead letters: are you sure?", verb=verb,
             every=every, filters=filters, letters=letters[:100], count=count,
             more=count - len(letters[:100]), keys=[r["key"] for r in letters],
-            action_url=self._url(verb), back=back, origin=params.get("from", ""))
+            action_url=self._url(verb), back=back, origin=params.get("from", ""),
+            unavailable=unavailable)
         return TemplateResponse(request, "admin/blitzq_django/deadletter/confirm.html", context)
 
     def _report(self, request: HttpRequest, verb: str, done: int, asked: int) -> None:

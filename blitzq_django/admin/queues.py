@@ -15,6 +15,7 @@ from django.urls import path, reverse
 
 from ..models import QueueOverview
 from .common import PageAdmin, age, client, engine_errors, from_ms, known_queues
+from .pages import list_context
 
 
 @admin.register(QueueOverview)
@@ -38,6 +39,7 @@ class QueueOverviewAdmin(PageAdmin):
             raise PermissionDenied
         queues: list[dict[str, Any]] = []
         workers: list[dict[str, Any]] = []
+        unavailable = True  # until Redis answered: "No live workers" would be made up
         with engine_errors(request, "The queues could not be read"):
             live = client().workers()
             workers = [{"name": w.name, "host": w.host, "pid": w.pid,
@@ -55,11 +57,13 @@ class QueueOverviewAdmin(PageAdmin):
                                "consumers": stats.consumers,
                                "oldest": "" if oldest is None else _span(oldest),
                                "dead_query": urlencode({"queue": name})})
+            unavailable = False
         user = request.user
         app = self.opts.app_label
         context = {
-            **self.admin_site.each_context(request), "opts": self.opts,
+            **self.admin_site.each_context(request), **list_context(self.opts),
             "title": "Queues", "queues": queues, "workers": workers,
+            "unavailable": unavailable,
             "dead_letters_url": reverse(f"admin:{app}_deadletter_changelist",
                                         current_app=self.admin_site.name)
             if user.has_perm(f"{app}.view_deadletter") else None,

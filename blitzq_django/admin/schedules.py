@@ -28,7 +28,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from .. import conf, periodic, periodic_db
@@ -46,6 +46,8 @@ FIELD_WORDS = (("kwargs", "kwargs"), ("args", "args"), ("cron", "cron"), ("every
                ("tz ", "timezone"), ("queue", "queue"), ("priority", "priority"),
                ("missed", "missed"), ("catch_up", "catch_up"), ("task", "task"),
                ("name", "name"))
+#: A last run, message or outcome when Redis cannot be read: not "-" (never ran).
+UNKNOWN = mark_safe('<span class="blitzq-muted">unknown (Redis could not be read)</span>')
 RUN_NOTE = ("Each schedule's task is enqueued once, at once, with the schedule's arguments "
             "(paused ones too), as a message of its own: the schedule's occurrences are not "
             "changed.")
@@ -90,6 +92,15 @@ class PeriodicScheduleForm(forms.ModelForm):
                    "args": forms.Textarea(attrs={"rows": 2, "cols": 60}),
                    "kwargs": forms.Textarea(attrs={"rows": 3, "cols": 60}),
                    "description": forms.Textarea(attrs={"rows": 3, "cols": 60})}
+        help_texts = {"task": "One of the tasks registered in this process (suggested as "
+                              "you type), e.g. shop.tasks.cleanup."}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The admin renders help texts as HTML (its fieldset.html marks them safe); ours are
+        # text ("periodic:<name>:<ms>" would lose its <name> as a tag), so escape them.
+        for field in self.fields.values():
+            field.help_text = escape(field.help_text)
 
     def _where(self) -> str:
         name = self.cleaned_data.get("name") or self.data.get(self.add_prefix("name")) or ""
@@ -264,8 +275,9 @@ def _relative(ms: int | None, now_ms: int) -> str:
 
 
 def describe_runs(schedule: Schedule | None, info: ScheduleInfo | None,
-                  now_ms: int) -> dict[str, Any]:
-    """What the list shows of one schedule: next runs, last run, message and outcome."""
+                  now_ms: int, readable: bool = True) -> dict[str, Any]:
+    """What the list shows of one schedule: next runs, last run, message and outcome
+    (``readable`` False: Redis could not be read, so its runs are unknown, not none)."""
     if schedule is None:
         return {"next": [], "paused": False, "invalid": True}
     tz = _zone_of(schedule)
@@ -280,13 +292,16 @@ def describe_runs(schedule: Schedule | None, info: ScheduleInfo | None,
         "last_message": info.last_message_id or "" if info else "",
         "outcome": info.outcome if info else "unknown",
         "missed_runs": info.missed_runs if info else 0,
+        "unreadable": not readable,
     }
 
 
-def _infos(request: HttpRequest, schedules: list[Schedule]) -> dict[str, ScheduleInfo]:
+def _infos(request: HttpRequest, schedules: list[Schedule]) -> dict[str, ScheduleInfo] | None:
+    """The schedules' last runs from Redis; None (and an error message) when it cannot
+    be read."""
     found = safely(request, "The last runs could not be read from Redis",
-                   lambda: infos(client(), schedules), [])
-    return {i.name: i for i in found}
+                   lambda: infos(client(), schedules), None)
+    return None if found is None else {i.name: i for i in found}
 
 
 def _now_ms() -> int:
@@ -380,6 +395,8 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
     @admin.display(description="last run")
     def last_run_display(self, obj: PeriodicSchedule) -> str:
         runs = self._runs(obj)
+        if runs.get("unreadable"):
+            return UNKNOWN
         if not runs.get("last_run"):
             return "-"
         return format_html('<span title="{}">{}</span>', runs["last_run"], runs["last_run_age"])
@@ -387,6 +404,8 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
     @admin.display(description="last message")
     def last_message_display(self, obj: PeriodicSchedule) -> str:
         runs = self._runs(obj)
+        if runs.get("unreadable"):
+            return UNKNOWN
         return format_html('<span class="blitzq-message">{}</span>',
                            runs.get("last_message") or "-")
 
@@ -412,7 +431,8 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
         for row in rows:
             schedule = built[row.pk]
             row.blitzq_runs = describe_runs(
-                schedule, found.get(schedule.name) if schedule else None, now)
+                schedule, found.get(schedule.name) if schedule and found else None, now,
+                readable=found is not None)
         return changelist
 
     def code_rows(self, request: HttpRequest) -> list[dict[str, Any]]:
@@ -423,14 +443,14 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
         now = _now_ms()
         out = []
         for schedule in sorted(registry, key=lambda s: s.name):
-            info = found.get(schedule.name)
+            info = found.get(schedule.name) if found else None
             out.append({"name": schedule.name, "task": schedule.task,
                         "timing": schedule.describe(), "source": schedule.source,
                         "zone": _zone_of(schedule) or "-",
                         "queue": info.queue if info else (schedule.queue or ""),
                         "missed": schedule.missed, "enabled": schedule.enabled,
                         "registered": conf.registry.find(schedule.task) is not None,
-                        **describe_runs(schedule, info, now)})
+                        **describe_runs(schedule, info, now, readable=found is not None)})
         return out
 
     def changelist_view(self, request: HttpRequest,

@@ -3,11 +3,13 @@
 ``Tally`` is the arithmetic, without I/O: it is fed events (engine ``Event``), queue stats
 and the live workers, and answers a ``snapshot()`` (everything a dashboard draws) and
 ``delta()`` (what changed since the last delta). It counts per second, over the last 15
-minutes: completions (``succeeded``) and failures (``failed``, ``retried``,
-``dead_lettered``: attempts that raised, or messages given up) for the chart, and per
-queue enqueued and completed for the rates; and it pairs each ``enqueued`` event with the
-message's ``started`` for the enqueue-to-start latency (bounded memory: the most recent
-ids and samples only).
+minutes: completions (``succeeded``) and failures (``retried``, ``failed``,
+``dead_lettered`` together: attempts that raised, or messages given up) for the chart, and
+per queue enqueued and completed for the rates; and it pairs each ``enqueued`` event with
+the message's ``started`` for the enqueue-to-start latency (bounded memory: the most
+recent ids and samples only). Its totals count each event kind under the kind's own name,
+as ``/metrics`` does (``failed``: messages that failed for good and were not kept as dead
+letters, never the sum of failures; docs/dashboard.md).
 
 ``Aggregator`` drives a Tally from an event loop: every 500 ms it reads each known queue's
 events stream from its cursor (``XRANGE`` through ``Client.aevents``, pages of 1,000), and
@@ -59,6 +61,8 @@ MAX_PAGES = 20  # reads per queue per tick; further behind: skip to the newest e
 BACKFILL_PAGES = 30  # reads per queue when it is first followed (the last 15 minutes)
 
 FAILURE_KINDS = frozenset({FAILED, RETRIED, DEAD_LETTERED})
+#: The totals: one per event kind counted, named as the kind.
+TOTALS = (ENQUEUED, STARTED, SUCCEEDED, RETRIED, FAILED, DEAD_LETTERED)
 
 
 def now_ms() -> int:
@@ -80,7 +84,8 @@ class Tally:
         self.series: dict[int, list[int]] = {}
         # queue -> second -> [enqueued, completed] (the rates), last RATE_WINDOW_S + 2 s
         self.per_queue: dict[str, dict[int, list[int]]] = {}
-        self.totals = {"enqueued": 0, "started": 0, "succeeded": 0, "failed": 0}
+        # one count per event kind, each under its kind's name (as blitzq_tasks_<kind>)
+        self.totals = dict.fromkeys(TOTALS, 0)
         self._pending: OrderedDict[str, int] = OrderedDict()  # id -> enqueued time_ms
         self._samples: deque[tuple[int, int]] = deque(maxlen=LATENCY_SAMPLES)
         self.failures: deque[dict[str, Any]] = deque(maxlen=FAILURES_KEPT)
@@ -88,6 +93,9 @@ class Tally:
         self.workers: list[dict[str, Any]] = []
         self.skipped = 0  # times a queue's reader fell too far behind and skipped ahead
         self.error = ""
+        # when the queues' stats were last read (0: never): until then, and while
+        # ``error`` says Redis cannot be read, a page shows no numbers as if they were known
+        self.stats_ms = 0
         # what changed since the last delta()
         self._touched: set[int] = set()
         self._new_failures: list[dict[str, Any]] = []
@@ -122,7 +130,7 @@ class Tally:
                 self._queue_second(event.queue, second)[1] += 1
                 self._series(second)[0] += 1
             elif kind in FAILURE_KINDS:
-                totals["failed"] += 1
+                totals[kind] += 1
                 if kind != RETRIED:
                     self._queue_second(event.queue, second)[1] += 1
                 self._series(second)[1] += 1
@@ -150,8 +158,9 @@ class Tally:
             counts = seconds[second] = [0, 0]
         return counts
 
-    def set_stats(self, stats: dict[str, dict[str, Any]]) -> None:
+    def set_stats(self, stats: dict[str, dict[str, Any]], now: int | None = None) -> None:
         self.stats = stats
+        self.stats_ms = now_ms() if now is None else now
 
     def set_workers(self, workers: list[Any], now: int) -> None:
         self.workers = [{"name": w.name, "host": w.host, "pid": w.pid,
@@ -209,7 +218,7 @@ class Tally:
                 "series": sorted([s, *c] for s, c in self.series.items()),
                 "latency": self.latency(now), "workers": self.workers,
                 "failures": list(self.failures), "totals": dict(self.totals),
-                "skipped": self.skipped, "error": self.error}
+                "skipped": self.skipped, "error": self.error, "stats_ms": self.stats_ms}
 
     def delta(self, now: int | None = None) -> dict[str, Any]:
         """What changed since the last delta: the seconds of the chart touched (their
@@ -219,7 +228,7 @@ class Tally:
         self.trim(now)
         out: dict[str, Any] = {"t": "delta", "now": now, "totals": dict(self.totals),
                                "latency": self.latency(now), "skipped": self.skipped,
-                               "error": self.error}
+                               "error": self.error, "stats_ms": self.stats_ms}
         if self._touched:
             out["series"] = sorted([s, *self.series[s]] for s in self._touched
                                    if s in self.series)

@@ -8,10 +8,12 @@ modules skip themselves (a skip raised while importing a conftest is an error, n
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import django
 import pytest
 
 if TYPE_CHECKING:
@@ -23,6 +25,23 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-sync"]
 MISSING_CHROMIUM = ("Chromium not installed at /usr/bin/chromium "
                     "(.ci/run installs Debian's chromium)")
+#: The Django whose pages the screenshots in docs/img show: the one of .venv.
+DOCS_DJANGO = (5, 2)
+
+
+def screenshots_dir(docs: bool = True) -> Path:
+    """Where screenshots go: the docs' pictures to docs/img under DOCS_DJANGO (overwritten
+    on each run); under another Django (scripts/test.py's Django 6 pass), and the pictures
+    that are not the docs', to blitzq-screenshots/django-X.Y/ in the temp directory, so a
+    run never changes the docs' pictures and each version's can be looked at."""
+    version = django.VERSION[:2]
+    if docs and version == DOCS_DJANGO:
+        folder = Path(__file__).resolve().parents[2] / "docs" / "img"
+    else:
+        folder = Path(tempfile.gettempdir()) / "blitzq-screenshots" / "django-{}.{}".format(
+            *version)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def skip_without_browser() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from blitzq_django.models import TaskRecord, TaskState
 from tests.django.conftest import running_worker
 from tests.support.waiting import wait_until
 
-from .conftest import skip_without_browser
+from .conftest import screenshots_dir, skip_without_browser
 
 skip_without_browser()
 
@@ -37,7 +36,7 @@ from playwright.sync_api import Browser, Page, expect  # noqa: E402 - after the 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct horse battery staple"
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+IMG = screenshots_dir()
 DEAD = "/admin/blitzq_django/deadletter/"
 HISTORY = "/admin/blitzq_django/taskrecord/"
 QUEUES = "/admin/blitzq_django/queueoverview/"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +31,7 @@ from tests.django.conftest import running_worker
 from tests.django.scheduler_threads import running_schedulers
 from tests.support.waiting import wait_until
 
-from .conftest import skip_without_browser
+from .conftest import screenshots_dir, skip_without_browser
 
 skip_without_browser()
 
@@ -41,7 +40,7 @@ from playwright.sync_api import Page, expect  # noqa: E402 - after the skip chec
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct horse battery staple"
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+IMG = screenshots_dir()
 SCHEDULES = "/admin/blitzq_django/periodicschedule/"
 
 _beats: list[str] = []

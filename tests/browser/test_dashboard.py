@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from blitzq_django.engine import Client
 from testproject.shop import tasks
 from tests.django.conftest import running_worker
 
-from .conftest import skip_without_browser
+from .conftest import screenshots_dir, skip_without_browser
 
 skip_without_browser()
 
@@ -35,7 +34,7 @@ asgi_page, blitzq, daphne = _asgi.asgi_page, _asgi.blitzq, _asgi.daphne
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct horse battery staple"
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+IMG = screenshots_dir()
 DASHBOARD = "/admin/blitzq_django/queueoverview/dashboard/"
 
 
@@ -89,8 +88,13 @@ def test_dashboard_moves_live_over_the_socket(asgi_page: Page, blitzq: Client) -
         expect(page.locator("#bq-chart")).to_have_attribute("data-completed", "495")
         expect(page.locator("#bq-workers tbody tr th")).to_have_count(1)
         expect(row.locator(".bq-completion-rate")).not_to_have_text("0", timeout=5_000)
-        # 5 first attempts retried, then dead-lettered: 10 failures, linked to the history.
-        expect(page.locator("#bq-failed")).to_have_text("10", timeout=15_000)
+        # 5 first attempts retried, then dead-lettered: each kind its own total, as in
+        # /metrics ("failed": for good without a dead letter, none here); the 10
+        # failures are listed and linked to the history.
+        expect(page.locator("#bq-retried")).to_have_text("5", timeout=15_000)
+        expect(page.locator("#bq-dead-lettered")).to_have_text("5", timeout=15_000)
+        expect(page.locator("#bq-failed")).to_have_text("0")
+        expect(page.locator("#bq-failures tbody tr")).to_have_count(10)
         expect(row.locator(".bq-ready")).to_have_text("0")
         expect(row.locator(".bq-dead")).to_have_text("5", timeout=5_000)
         link = page.locator("#bq-failures .bq-task-id a").first

@@ -8,7 +8,6 @@ The screenshot docs/img/progress-export.png is taken here (overwritten on each r
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from django.test import Client as DjangoClient
 from blitzq_django.engine import Client
 from tests.django.conftest import running_worker
 
-from .conftest import skip_without_browser
+from .conftest import screenshots_dir, skip_without_browser
 
 skip_without_browser()
 
@@ -28,7 +27,7 @@ from .test_admin_shop_asgi import blitzq, daphne  # noqa: E402, F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+IMG = screenshots_dir()
 MOVING = """() => {
   const v = Number(document.getElementById("bar").getAttribute("aria-valuenow"));
   return v > 0 && v < 100;

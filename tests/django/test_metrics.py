@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client as DjangoClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
 from blitzq_django.engine import metrics as engine_metrics
 from testproject.shop.tasks import noop, validate_card
@@ -158,15 +160,33 @@ def test_token_and_staff_auth(blitzq: Client) -> None:
     someone = DjangoClient()
     someone.force_login(model.objects.create_user("someone", password="pw"))
     assert someone.get("/metrics").status_code == 401
+    boss = model.objects.create_user("boss", password="pw", is_staff=True)
     staff = DjangoClient()
-    staff.force_login(model.objects.create_user("boss", password="pw", is_staff=True))
+    staff.force_login(boss)
+    # staff without the admin's permission to see the queues: refused
+    assert staff.get("/metrics").status_code == 401
+    assert staff.get("/blitzq/stats.json").status_code == 401
+    boss.user_permissions.add(Permission.objects.get(
+        content_type__app_label="blitzq_django", codename="view_queueoverview"))
+    staff.force_login(model.objects.get(pk=boss.pk))  # no cached permissions
     assert staff.get("/metrics").status_code == 200
+    assert staff.get("/blitzq/stats.json").status_code == 200
+    root = DjangoClient()
+    root.force_login(model.objects.create_superuser("root", password="pw"))
+    assert root.get("/metrics").status_code == 200
     assert scrape().status_code == 200
 
 
-def test_without_a_token_only_staff(settings: Any, blitzq_redis: Client) -> None:
+def test_without_a_token_only_staff_who_may_see_the_queues(
+        settings: Any, blitzq_redis: Client) -> None:
     assert settings.BLITZQ.get("METRICS_TOKEN") is None
     assert DjangoClient().get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 403
+    staff = DjangoClient()
+    staff.force_login(get_user_model().objects.create_user("boss", password="pw",
+                                                           is_staff=True))
+    refused = staff.get("/metrics")
+    assert refused.status_code == 403
+    assert b"view_queueoverview" in refused.content
 
 
 def test_json_stats(blitzq: Client) -> None:
@@ -178,3 +198,42 @@ def test_json_stats(blitzq: Client) -> None:
     assert default["gauges"]["ready"] == 3
     assert numbers["workers"] == 0
     assert set(default["duration"]) == {"count", "sum_ms", "buckets_ms"}
+
+
+@blitzq_task(name="tests.metrics.give_up", dead_letter=False)
+def give_up() -> None:
+    """Fails for good at once, and is not kept as a dead letter."""
+    raise RuntimeError("no")
+
+
+def test_failed_means_one_thing_on_the_dashboard_and_in_prometheus(blitzq: Client) -> None:
+    """validate_card: retried once, then dead-lettered; give_up: failed. Each figure of
+    the dashboard is the Prometheus counter of the same name, and "failed" counts the
+    message that failed for good only."""
+    viewer = get_user_model().objects.create_user("ops", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(
+        content_type__app_label="blitzq_django", codename="view_queueoverview"))
+    web = DjangoClient()
+    web.force_login(viewer)
+    web.get("/admin/blitzq_django/queueoverview/dashboard/data/")  # follows the queue now
+    validate_card.enqueue("4000-0000-0000-0002")
+    give_up.enqueue()
+    with running_worker(blitzq):
+        wait_until(lambda: blitzq.queue_stats("default").dead_letters == 1
+                   and blitzq.queue_stats("default").in_flight == 0
+                   and blitzq.queue_stats("default").ready == 0
+                   and blitzq.queue_stats("default").scheduled == 0,
+                   timeout=20, message="both settled")
+    wanted = {"retried": 1, "failed": 1, "dead_lettered": 1}
+
+    def dashboard() -> dict[str, int]:
+        totals = web.get("/admin/blitzq_django/queueoverview/dashboard/data/").json()["totals"]
+        return {kind: totals[kind] for kind in wanted}
+
+    wait_until(lambda: dashboard() == wanted, timeout=5, message=f"the dashboard: {wanted}")
+    text = scrape().content.decode()
+    found = samples(text)
+    for kind, count in wanted.items():
+        assert value(found, f"blitzq_tasks_{kind}_total", queue="default") == count, kind
+    assert ("# HELP blitzq_tasks_failed_total Messages that failed for good and were not "
+            "kept as dead letters") in text

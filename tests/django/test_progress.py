@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client as DjangoClient
 
 from blitzq_django import progress
@@ -28,9 +29,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def users() -> dict[str, Any]:
     model = get_user_model()
+    viewer = model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(
+        content_type__app_label="blitzq_django", codename="view_taskrecord"))
     return {"alice": model.objects.create_user("alice", password="pw"),
             "bob": model.objects.create_user("bob", password="pw"),
-            "staff": model.objects.create_user("staff", password="pw", is_staff=True)}
+            # staff without any permission, and staff who may read task records
+            "staff": model.objects.create_user("staff", password="pw", is_staff=True),
+            "viewer": viewer}
 
 
 @pytest.fixture
@@ -167,17 +173,19 @@ async def refused(path: str, headers: list[tuple[bytes, bytes]]) -> int | None:
 
 
 @pytest.mark.asyncio
-async def test_another_user_cannot_follow_but_staff_can(
+async def test_another_user_cannot_follow_but_staff_who_may_view_records_can(
         blitzq_redis: Client, users: dict[str, Any], cookies: dict[str, Any]) -> None:
     handle = progress.for_user(export_orders, users["alice"]).enqueue(1, 0.0)
     path = f"/ws/blitzq/tasks/{handle.id}/"
     assert await refused(path, [ORIGIN, cookies["bob"]]) == \
         progress.CLOSE_FORBIDDEN
     assert await refused(path, [ORIGIN]) == progress.CLOSE_FORBIDDEN  # anonymous
-    staff = WebsocketCommunicator(APP, path, headers=[ORIGIN, cookies["staff"]])
-    assert (await staff.connect(timeout=10))[0]
-    assert (await staff.receive_json_from(timeout=10))["state"] == "pending"
-    await staff.disconnect()
+    # staff, but without the admin's permission to read task records
+    assert await refused(path, [ORIGIN, cookies["staff"]]) == progress.CLOSE_FORBIDDEN
+    viewer = WebsocketCommunicator(APP, path, headers=[ORIGIN, cookies["viewer"]])
+    assert (await viewer.connect(timeout=10))[0]
+    assert (await viewer.receive_json_from(timeout=10))["state"] == "pending"
+    await viewer.disconnect()
 
 
 @pytest.mark.asyncio
@@ -246,9 +254,27 @@ def test_polling_view(blitzq_redis: Client, users: dict[str, Any]) -> None:
     assert done["final"] and done["state"] == "succeeded" and done["result"] == {"rows": 5}
     assert done["progress"]["fraction"] == 1.0
     staff = DjangoClient()
-    staff.force_login(users["staff"])
-    assert staff.get(url).json()["state"] == "succeeded"
+    staff.force_login(users["staff"])  # staff without view_taskrecord: not its result
+    assert staff.get(url).status_code == 403
+    viewer = DjangoClient()
+    viewer.force_login(users["viewer"])
+    assert viewer.get(url).json()["state"] == "succeeded"
     assert alice.get("/blitzq/tasks/bad%20id/progress/").status_code == 400
+
+
+def test_staff_without_permissions_follow_their_own_tasks_only(
+        settings: Any, blitzq_redis: Client, users: dict[str, Any]) -> None:
+    staff = DjangoClient()
+    staff.force_login(users["staff"])
+    own = progress.for_user(export_orders, users["staff"]).enqueue(1, 0.0)
+    assert staff.get(f"/blitzq/tasks/{own.id}/progress/").status_code == 200
+    # a task enqueued for nobody in particular (no owner) is not theirs either
+    anybody = export_orders.enqueue(1, 0.0)
+    assert staff.get(f"/blitzq/tasks/{anybody.id}/progress/").status_code == 403
+    # the older, looser rule is still there to choose
+    settings.BLITZQ = {**settings.BLITZQ,
+                       "PROGRESS_PERMISSION": "blitzq_django.progress.owner_or_staff"}
+    assert staff.get(f"/blitzq/tasks/{anybody.id}/progress/").status_code == 200
 
 
 def test_progress_on_the_memory_broker(blitzq_memory: Client) -> None:

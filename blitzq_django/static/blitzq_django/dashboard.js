@@ -8,6 +8,10 @@
   var WINDOW_S = 900, POLL_MS = 2000;
   var state = { series: {}, queues: {}, workers: [], failures: [], seen: {}, now: Date.now(),
                 offset: 0 };
+  // Whether Redis has been read (state.read) and why it cannot be now (failing): with
+  // Redis down the page says so and shows no number as if it were known (docs/dashboard.md).
+  state.read = false;
+  var failing = "", transport = { mode: "connecting", label: "connecting…" };
   var socket = null, pollTimer = null, retryTimer = null, drawQueued = false;
   // How much work the page does: messages applied, and the slowest apply or redraw (ms),
   // on the root element (data-messages, data-slowest-ms) for tests and the curious.
@@ -42,9 +46,17 @@
     return el;
   }
   function setStatus(mode, label) {
-    var el = $("bq-status");
-    el.setAttribute("data-mode", mode);
-    text(el, label);
+    transport = { mode: mode, label: label };
+    showStatus();
+  }
+  function showStatus() {
+    var el = $("bq-status"), down = failing && transport.mode !== "offline" &&
+                                    transport.mode !== "denied";
+    el.setAttribute("data-mode", down ? "error" : transport.mode);
+    text(el, down ? "Redis unreachable" : transport.label);
+  }
+  function unknown(span_) {
+    return emptyRow(span_, failing ? "Unknown: Redis cannot be read." : "Waiting for the first numbers…");
   }
 
   // -- applying messages ------------------------------------------------------------
@@ -56,19 +68,29 @@
     state.now = msg.now;
     state.offset = Date.now() - msg.now;
     if (msg.t === "snapshot") { state.series = {}; state.failures = []; state.seen = {}; }
+    var was = failing;
+    failing = msg.error || "";
+    if (!failing && msg.stats_ms) { state.read = true; }
+    root.setAttribute("data-redis", failing ? "down" : state.read ? "up" : "unknown");
+    root.classList.toggle("bq-stale", !!failing);
+    showStatus();
     (msg.series || []).forEach(function (p) { state.series[p[0]] = [p[1], p[2]]; });
-    if (msg.queues) { state.queues = msg.queues; renderQueues(); }
-    if (msg.workers) { state.workers = msg.workers; renderWorkers(); }
+    if (msg.queues && (state.read || !failing)) { state.queues = msg.queues; }
+    if (msg.workers) { state.workers = msg.workers; }
+    if (msg.queues || was !== failing) { renderQueues(); }
+    if (msg.workers || was !== failing) { renderWorkers(); }
     (msg.failures || []).forEach(function (f) {
       if (!state.seen[f.cursor]) { state.seen[f.cursor] = true; state.failures.unshift(f); }
     });
     if (state.failures.length > 25) { state.failures.length = 25; }
-    if (msg.failures) { renderFailures(); }
-    var t = msg.totals || {};
+    if (msg.failures || was !== failing) { renderFailures(); }
+    var t = state.read ? (msg.totals || {}) : {};  // nothing read yet: "–", not 0
     text($("bq-enqueued"), fmt(t.enqueued));
     text($("bq-started"), fmt(t.started));
     text($("bq-succeeded"), fmt(t.succeeded));
+    text($("bq-retried"), fmt(t.retried));
     text($("bq-failed"), fmt(t.failed));
+    text($("bq-dead-lettered"), fmt(t.dead_lettered));
     var lat = msg.latency || {};
     text($("bq-p50"), ms(lat.p50));
     text($("bq-p99"), ms(lat.p99));
@@ -101,7 +123,7 @@
       tr.appendChild(cell("td", span(q.oldest_ready_age_ms), "bq-oldest"));
       rows.appendChild(tr);
     });
-    if (!names.length) { rows.appendChild(emptyRow(8, "No queues.")); }
+    if (!names.length) { rows.appendChild(state.read ? emptyRow(8, "No queues.") : unknown(8)); }
     body.replaceChildren(rows);
   }
 
@@ -132,7 +154,9 @@
       tr.appendChild(cell("td", w.heartbeat_age_s.toFixed(1) + " s ago", "bq-heartbeat"));
       rows.appendChild(tr);
     });
-    if (!state.workers.length) { rows.appendChild(emptyRow(6, "No live workers.")); }
+    if (!state.workers.length) {
+      rows.appendChild(state.read ? emptyRow(6, "No live workers.") : unknown(6));
+    }
     body.replaceChildren(rows);
   }
 
@@ -155,7 +179,7 @@
       tr.appendChild(id);
       rows.appendChild(tr);
     });
-    if (!state.failures.length) { rows.appendChild(emptyRow(6, "None.")); }
+    if (!state.failures.length) { rows.appendChild(state.read ? emptyRow(6, "None.") : unknown(6)); }
     body.replaceChildren(rows);
   }
 
@@ -189,7 +213,7 @@
     var bad = getComputedStyle(canvas).getPropertyValue("--bq-fail").trim() || "#d64545";
     var now = Math.floor((Date.now() - state.offset) / 1000), start = now - WINDOW_S;
     var left = 44, right = width - 8, top = 10, bottom = height - 22;
-    var peak = 1, sumOk = 0, sumFail = 0, s;
+    var peak = 0, sumOk = 0, sumFail = 0, s;
     for (s in state.series) {
       if (+s < start) { delete state.series[s]; continue; }
       var c = state.series[s];
@@ -200,7 +224,7 @@
     canvas.setAttribute("data-completed", String(sumOk));
     canvas.setAttribute("data-failed", String(sumFail));
     text($("bq-chart-peak"), "· peak " + fmt(peak) + "/s");
-    var scale = niceCeil(peak);
+    var scale = Math.max(4, niceCeil(Math.max(1, peak)));  // 4 grid lines: whole numbers
     ctx.font = "11px " + (color("--font-family-primary", "sans-serif") || "sans-serif");
     ctx.fillStyle = fg;
     ctx.strokeStyle = grid;

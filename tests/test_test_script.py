@@ -1,0 +1,42 @@
+"""scripts/test.py's choice of what each pass runs (the script itself is stdlib only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def script() -> ModuleType:
+    path = ROOT / "scripts" / "test.py"
+    spec = importlib.util.spec_from_file_location("blitzq_test_script", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def test_the_django6_pass_runs_the_django_and_the_browser_tests() -> None:
+    s = script()
+    assert s.django_args([], s.DJANGO6_DIRS) == ["tests/django", "tests/browser"]
+    assert s.django_args(["-x"], s.DJANGO6_DIRS) == ["tests/django", "tests/browser", "-x"]
+    # "tests" or ".": all of both; a path inside one: that path only
+    assert s.django_args(["tests"], s.DJANGO6_DIRS) == ["tests/django", "tests/browser"]
+    chosen = "tests/browser/test_admin_layout.py"
+    assert s.django_args([chosen, "-k", "bar"], s.DJANGO6_DIRS) == [chosen, "-k", "bar"]
+    # nothing of theirs named: no pass
+    assert s.django_args(["tests/engine"], s.DJANGO6_DIRS) is None
+
+
+def test_the_postgresql_pass_runs_the_django_tests_only() -> None:
+    s = script()
+    assert s.django_args([]) == ["tests/django"]
+    assert s.django_args(["tests"]) == ["tests/django"]
+    assert s.django_args(["tests/browser"]) is None
