@@ -8,6 +8,7 @@ the actions and buttons are hidden without them, and their URLs answer 403.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.contrib import admin, messages
@@ -33,6 +34,7 @@ from .common import (
     from_ms,
     pretty,
     record_context,
+    safely,
 )
 
 #: Timeline event kinds shown with a word of their own.
@@ -257,6 +259,26 @@ class TaskRecordAdmin(admin.ModelAdmin):
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._object_action(request, object_id, "cancel",
                                    self.has_cancel_permission(request))
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._incomplete_banner(request)
+        return super().changelist_view(request, extra_context)
+
+    def _incomplete_banner(self, request: HttpRequest) -> None:
+        """An error banner per queue whose history lost or could not write events within
+        HISTORY_RETENTION days (history/health.py): the list is not the whole story."""
+        from ..history import health, history_queues
+
+        settings = conf.get_settings()
+        if not conf.history_on(settings) or request.method != "GET":
+            return
+        since = int((time.time() - settings["HISTORY_RETENTION"] * 86400) * 1000)
+        found = safely(request, "Whether the history is complete could not be read from "
+                                "Redis", lambda: health.read(client(),
+                                                              history_queues(settings)), [])
+        for text in health.problems(found, since):
+            messages.error(request, text)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:

@@ -130,8 +130,8 @@ def _message_fields(row: Row, payload: Any, redact: Redactor) -> None:
     if isinstance(payload, int) and not isinstance(payload, bool):
         row.args, row.kwargs = [f"(not kept: the message is {payload} bytes)"], {}
         return
-    if not isinstance(payload, bytes | bytearray):
-        return
+    if not isinstance(payload, bytes | bytearray) or len(payload) > ev.DETAIL_MAX_MESSAGE:
+        return  # nothing, or not what a broker writes (it writes the size of a larger one)
     # The message's fields by position (core/message.py): [v, id, task, queue, args,
     # kwargs, attempt, created_ms, eta_ms, timeout, idempotency_key, ...]. Unpacked
     # rather than decode()d: a third of the cost, and it is only shown (at most
@@ -197,8 +197,13 @@ def apply(row: Row, event: ev.Event, redact: Redactor = _no_redaction) -> bool:
         if kind == ev.SUCCEEDED:
             row.error_type = row.error_message = row.traceback = ""
             row.wants_result = event.attempt or row.attempt
-    row.timeline.append([kind, event.time_ms, event.attempt, event.worker, event.duration_ms,
-                         event.error_type])
+    # Cleaned like the columns: PostgreSQL's JSON refuses NUL too (an exception class
+    # whose __qualname__ holds one).
+    row.timeline.append([kind if kind in ev.KINDS else clean_text(kind, 32), event.time_ms,
+                         event.attempt,
+                         None if event.worker is None else clean_text(event.worker),
+                         event.duration_ms,
+                         None if event.error_type is None else clean_text(event.error_type)])
     if len(row.timeline) > TIMELINE_MAX:
         del row.timeline[:len(row.timeline) - TIMELINE_MAX]
     return True
