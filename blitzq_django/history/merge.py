@@ -116,6 +116,8 @@ class Row:
     last_event: str = ""
     #: a succeeded attempt whose result is to be read from its record: its attempt
     wants_result: int | None = None
+    #: the encoded message, kept for Retry (None: not kept; see TaskRecord.message)
+    message: bytes | None = None
 
 
 Redactor = Callable[[str, Any, Any], tuple[Any, Any]]
@@ -129,6 +131,7 @@ def _message_fields(row: Row, payload: Any, redact: Redactor) -> None:
     """Arguments, idempotency key and creation time from an event's encoded message."""
     if isinstance(payload, int) and not isinstance(payload, bool):
         row.args, row.kwargs = [f"(not kept: the message is {payload} bytes)"], {}
+        row.message = None
         return
     if not isinstance(payload, bytes | bytearray) or len(payload) > ev.DETAIL_MAX_MESSAGE:
         return  # nothing, or not what a broker writes (it writes the size of a larger one)
@@ -144,8 +147,11 @@ def _message_fields(row: Row, payload: Any, redact: Redactor) -> None:
         return
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         return
-    args, kwargs = redact(task if isinstance(task, str) else "", args, kwargs)
-    row.args, row.kwargs = jsonable(args), jsonable(kwargs)
+    shown_args, shown_kwargs = redact(task if isinstance(task, str) else "", args, kwargs)
+    # The message itself only when nothing in it is masked: a secret stays out of the
+    # table (and such a row offers no Retry).
+    row.message = bytes(payload) if (shown_args, shown_kwargs) == (args, kwargs) else None
+    row.args, row.kwargs = jsonable(shown_args), jsonable(shown_kwargs)
     row.idempotency_key = (clean_text(key, _CUT["idempotency_key"])
                            if isinstance(key, str) and key else None)
     if isinstance(created_ms, int) and (row.created_ms is None

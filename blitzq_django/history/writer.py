@@ -82,7 +82,7 @@ return 0
 
 FIELDS = ("idempotency_key", "task_name", "queue", "state", "attempt", "args", "kwargs",
           "result", "error_type", "error_message", "traceback", "created_at", "started_at",
-          "finished_at", "worker", "timeline", "last_event", "updated_at")
+          "finished_at", "worker", "timeline", "last_event", "updated_at", "message")
 
 
 class LeaseLost(Exception):
@@ -146,7 +146,8 @@ def _refused(exc: BaseException) -> bool:
 #: The stored fields a batch folds its events into (read as values: no model instances).
 _STORED = ("task_id", "queue", "task_name", "state", "attempt", "args", "kwargs",
            "idempotency_key", "result", "error_type", "error_message", "traceback",
-           "created_at", "started_at", "finished_at", "worker", "timeline", "last_event")
+           "created_at", "started_at", "finished_at", "worker", "timeline", "last_event",
+           "message")
 
 
 def _row(stored: dict[str, Any]) -> Row:
@@ -161,7 +162,8 @@ def _row(stored: dict[str, Any]) -> Row:
                traceback=stored["traceback"], created_ms=ms(stored["created_at"]),
                started_ms=ms(stored["started_at"]), finished_ms=ms(stored["finished_at"]),
                worker=stored["worker"], timeline=list(stored["timeline"] or []),
-               last_event=stored["last_event"])
+               last_event=stored["last_event"],
+               message=None if stored["message"] is None else bytes(stored["message"]))
 
 
 def _model(row: Row) -> Any:
@@ -175,7 +177,7 @@ def _model(row: Row) -> Any:
                       created_at=merge.aware(row.created_ms),
                       started_at=merge.aware(row.started_ms),
                       finished_at=merge.aware(row.finished_ms), worker=row.worker,
-                      timeline=row.timeline, last_event=row.last_event)
+                      timeline=row.timeline, last_event=row.last_event, message=row.message)
 
 
 def upsert(rows: Sequence[Row]) -> None:
@@ -226,7 +228,7 @@ def _pg_upsert(connection: Any, rows: Sequence[Row]) -> None:
                                 None if r.result is None else dumps(r.result), r.error_type,
                                 r.error_message, r.traceback, aware(r.created_ms),
                                 aware(r.started_ms), aware(r.finished_ms), r.worker,
-                                dumps(r.timeline), r.last_event, now))
+                                dumps(r.timeline), r.last_event, now, r.message))
         cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {_BATCH_TABLE} "
                        f"ON CONFLICT (task_id) DO UPDATE SET {updates}")
         cursor.execute(f"TRUNCATE {_BATCH_TABLE}")
@@ -279,7 +281,7 @@ def _sqlite_upsert(connection: Any, rows: Sequence[Row]) -> None:
               dumps(r.args), dumps(r.kwargs), None if r.result is None else dumps(r.result),
               r.error_type, r.error_message, r.traceback, at(r.created_ms),
               at(r.started_ms), at(r.finished_ms), r.worker, dumps(r.timeline),
-              r.last_event, now) for r in rows])
+              r.last_event, now, r.message) for r in rows])
 
 
 def read_records(client: Client, queue: str, ids: Sequence[str]) -> list[Record | None]:
