@@ -77,18 +77,21 @@ HISTORY_COUNTERS = (
      "Events trimmed from the events stream before the history writer read them"),
     ("blitzq_history_events_unwritable", "unwritable",
      "Events the history writer could not write (refused by the database)"),
+    ("blitzq_history_event_gaps", "gaps",
+     "Trims of events the history writer had not read, of a size Redis before 7 cannot "
+     "count"),
 )
 
 
 def _history(client: Client, found: dict[str, Any]) -> None:
-    """Each queue's history health (with history on): {lost, unwritable, unread}."""
+    """Each queue's history health (with history on): {lost, unwritable, gaps, unread}."""
     if not conf.history_on(conf.get_settings()):
         return
     from .history import health
 
     for h in health.read(client, list(found)):
         found[h.queue]["history"] = {"lost": h.lost, "unwritable": h.unwritable,
-                                     "unread": h.unread}
+                                     "gaps": h.gaps, "unread": h.unread}
 
 
 class Collector:

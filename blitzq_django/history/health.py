@@ -5,7 +5,8 @@ Two things make a history incomplete, and both are counted per queue in a Redis 
 
 * **lost** events: trimmed from the events stream before the writer read them (the
   stream's hard cap, ``EVENTS_HARD_MAXLEN``, reached while the writer was behind or
-  down). Counted by ``events_read.lua``, the writer's read.
+  down). Counted by ``events_read.lua``, the writer's read; before Redis 7, which keeps
+  no stream counters, each such trim is counted as a **gap** of unknown size.
 * **unwritable** events: read, but refused by the database (or by the writer's own
   conversion) even alone in their transaction: recorded here with the last one's task,
   kind and error, logged at ERROR, and acknowledged so the rest goes on.
@@ -47,10 +48,12 @@ class Health:
     unwritable_last: str = ""
     #: Events the writer has not read yet (None: unknown, e.g. no writer ever read).
     unread: int | None = None
+    #: Trims of events the writer had not read, of a size Redis before 7 cannot count.
+    gaps: int = 0
 
     @property
     def complete(self) -> bool:
-        return not self.lost and not self.unwritable
+        return not self.lost and not self.unwritable and not self.gaps
 
 
 def _redis(client: Client) -> Any | None:
@@ -126,6 +129,7 @@ def _int(value: Any) -> int | None:
 
 def _health(queue: str, fields: dict[str, str], unread: int | None) -> Health:
     return Health(queue=queue, lost=_int(fields.get("lost")) or 0,
+                  gaps=_int(fields.get("gaps")) or 0,
                   lost_last_ms=_int(fields.get("lost_last_ms")),
                   unwritable=_int(fields.get("unwritable")) or 0,
                   unwritable_last_ms=_int(fields.get("unwritable_last_ms")),
@@ -138,11 +142,15 @@ def problems(found: Iterable[Health], since_ms: int) -> list[str]:
     out = []
     for h in found:
         parts = []
-        if h.lost and (h.lost_last_ms or 0) >= since_ms:
-            parts.append(f"{h.lost} events were trimmed from its events stream before the "
-                         f"history writer read them (the last at {_when(h.lost_last_ms)}; "
-                         "EVENTS_HARD_MAXLEN reached while the writer was behind or down): "
-                         "their tasks' rows are missing or not in their final state")
+        if (h.lost or h.gaps) and (h.lost_last_ms or 0) >= since_ms:
+            counted = [f"{h.lost} events"] if h.lost else []
+            if h.gaps:  # Redis before 7 keeps no stream counters
+                counted.append(f"{h.gaps} run(s) of events Redis before 7 cannot count")
+            parts.append(f"{' and '.join(counted)} were trimmed from its events stream "
+                         f"before the history writer read them (the last at "
+                         f"{_when(h.lost_last_ms)}; EVENTS_HARD_MAXLEN reached while the "
+                         "writer was behind or down): their tasks' rows are missing or not "
+                         "in their final state")
         if h.unwritable and (h.unwritable_last_ms or 0) >= since_ms:
             parts.append(f"{h.unwritable} events could not be written (the last at "
                          f"{_when(h.unwritable_last_ms)}: {h.unwritable_last})")

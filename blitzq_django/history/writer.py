@@ -129,6 +129,8 @@ class Stats:
     lost: int = 0
     #: events the database refused even alone (recorded in the queue's health)
     unwritable: int = 0
+    #: trims of unread events of unknown size (Redis before 7 cannot count them)
+    gaps: int = 0
 
 
 def _refused(exc: BaseException) -> bool:
@@ -403,6 +405,13 @@ class HistoryWriter:
                       "before the writer read them (the stream's hard cap, "
                       "EVENTS_HARD_MAXLEN, was reached while the writer was behind or "
                       "down): those tasks' rows are missing or not final", queue, found.lost)
+        if found.gaps:
+            self.stats.gaps += found.gaps
+            log.error("history of queue %r: events were trimmed from its events stream "
+                      "before the writer read them (the stream's hard cap, "
+                      "EVENTS_HARD_MAXLEN, was reached while the writer was behind or "
+                      "down; how many, Redis before 7 cannot tell): those tasks' rows are "
+                      "missing or not final", queue)
         if found.skipped:  # not events (written by something else): nothing to write
             log.warning("history of queue %r: %d entries of its events stream are not "
                         "events and are skipped (the first: %s)", queue, len(found.skipped),

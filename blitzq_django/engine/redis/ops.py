@@ -543,8 +543,9 @@ TRIM_SCAN = 10_000
 class GroupRead(NamedTuple):
     """What one events_read did: events counted lost (trimmed before the group read
     them), entries trimmed, events the group had not read before this read (-1: Redis
-    cannot tell), its last delivered cursor, the events read, and the cursors of entries
-    read that are not events (to acknowledge)."""
+    cannot tell), its last delivered cursor, the events read, the cursors of entries read
+    that are not events (to acknowledge), and gaps: 1 when events were trimmed before the
+    group read them and Redis cannot count them (before Redis 7)."""
 
     lost: int
     trimmed: int
@@ -552,6 +553,7 @@ class GroupRead(NamedTuple):
     last: str
     events: list[Event]
     skipped: list[str]
+    gaps: int = 0
 
 
 def events_read_counted(keys: QueueKeys, queue: str, group: str, consumer: str, count: int,
@@ -560,10 +562,11 @@ def events_read_counted(keys: QueueKeys, queue: str, group: str, consumer: str, 
     trimmed before it read them (in ``keys.history_health``) and trimming the stream to
     its newest ``keep`` (0: no trim) and what it has not read (scripts/events_read.lua)."""
     def parse(reply: Any) -> GroupRead:
-        lost, trimmed, unread, last, entries = reply
+        lost, trimmed, unread, last, entries, gaps = reply
         skipped: list[str] = []
         found = _events_of(queue, entries or [], skipped)
-        return GroupRead(int(lost), int(trimmed), int(unread), _text(last), found, skipped)
+        return GroupRead(int(lost), int(trimmed), int(unread), _text(last), found, skipped,
+                         int(gaps))
 
     return Op(script=scripts.EVENTS_READ, keys=(keys.events, keys.history_health),
               args=(group, consumer, count, keep, now_ms, TRIM_SCAN), parse=parse)

@@ -15,16 +15,18 @@
 -- step as the read: a group read across a gap counts only the entries it delivers, and
 -- R would no longer tell the gap. Entries delivered and not acknowledged that were
 -- trimmed since are counted too, and acknowledged (nothing is left to deliver). Before
--- Redis 7 there are no counters: nothing is counted; the trim still keeps what the group
--- has not read.
+-- Redis 7 there are no counters: the trim keeps what the group has not read and its last
+-- delivered entry, and a read that finds that entry trimmed (by the cap) counts a gap
+-- of an unknown number of events ("gaps" in the health hash).
 --
 -- KEYS[1] events stream  KEYS[2] history health hash (bq:{ns:queue}:hh)
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] events to read (0: none, only count and trim)
 -- ARGV[4] events to keep once read (0: no trim)  ARGV[5] now ms
 -- ARGV[6] most entries the trim looks at in one call when Redis has no counters
--- Reply: {lost, trimmed, unread, last delivered id, entries}: unread is -1 when Redis
--- cannot tell (before Redis 7, or before the group's first read); entries as XRANGE
--- gives them. The group is created (at the oldest entry) when it does not exist.
+-- Reply: {lost, trimmed, unread, last delivered id, entries, gaps}: unread is -1 when
+-- Redis cannot tell (before Redis 7, or before the group's first read); entries as XRANGE
+-- gives them; gaps 1 when a gap of unknown size was found (before Redis 7). The group is
+-- created (at the oldest entry) when it does not exist.
 local stream_key, group_name = KEYS[1], ARGV[1]
 local function fields_of(raw)
   local out = {}
@@ -32,7 +34,7 @@ local function fields_of(raw)
   return out
 end
 
-if redis.call("EXISTS", stream_key) == 0 then return {0, 0, 0, "0-0", {}} end
+if redis.call("EXISTS", stream_key) == 0 then return {0, 0, 0, "0-0", {}, 0} end
 local stream = fields_of(redis.call("XINFO", "STREAM", stream_key))
 local group = nil
 for _, raw in ipairs(redis.call("XINFO", "GROUPS", stream_key)) do
@@ -70,19 +72,33 @@ end
 
 -- Trimmed before they were delivered (Redis 7's counters).
 local added, read = stream["entries-added"], group["entries-read"]
+local last_id = group["last-delivered-id"]
 local unread = -1
+local gaps = 0
 if added and read then
   local removed = added - length
   if read < removed then
     lost = lost + (removed - read)
-    redis.call("XGROUP", "SETID", stream_key, group_name, group["last-delivered-id"],
-               "ENTRIESREAD", removed)
+    redis.call("XGROUP", "SETID", stream_key, group_name, last_id, "ENTRIESREAD", removed)
     read = removed
   end
   unread = added - read
+elseif tonumber(ARGV[3]) > 0 and first and last_id ~= "0-0" then
+  -- No counters: the group's last delivered entry is kept in the stream (the trim below
+  -- stops before it), so only the cap can have trimmed it; then what followed it may be
+  -- gone too, how much cannot be told. A gap, found by the read that crosses it.
+  local lm, ls = string.match(last_id, "^(%d+)-(%d+)$")
+  local fm, fs = string.match(first, "^(%d+)-(%d+)$")
+  lm, ls, fm, fs = tonumber(lm), tonumber(ls), tonumber(fm), tonumber(fs)
+  if lm < fm or (lm == fm and ls < fs) then gaps = 1 end
 end
 if lost > 0 then
   redis.call("HINCRBY", KEYS[2], "lost", lost)
+end
+if gaps > 0 then
+  redis.call("HINCRBY", KEYS[2], "gaps", gaps)
+end
+if lost > 0 or gaps > 0 then
   redis.call("HSET", KEYS[2], "lost_last_ms", ARGV[5])
 end
 
@@ -95,10 +111,10 @@ if keep > 0 and length > keep then
     if length > target then
       trimmed = redis.call("XTRIM", stream_key, "MAXLEN", "~", target)
     end
-  else
-    -- Without the counters: the entries up to the group's floor (its last delivered
-    -- entry, which is read; else just before its oldest pending one), at most ARGV[6].
-    local floor = group["last-delivered-id"]
+  elseif last_id ~= "0-0" or pending > 0 then  -- "0-0": the group has read nothing yet
+    -- Without the counters: the entries before the group's floor (its last delivered
+    -- entry, kept to tell a gap; else its oldest pending one), at most ARGV[6].
+    local floor = "(" .. last_id
     if pending > 0 then
       floor = "(" .. redis.call("XPENDING", stream_key, group_name)[2]
     end
@@ -116,6 +132,6 @@ if tonumber(ARGV[3]) > 0 then
                            "STREAMS", stream_key, ">")
   if reply then entries = reply[1][2] end
 end
-local last = group["last-delivered-id"]
+local last = last_id
 if #entries > 0 then last = entries[#entries][1] end
-return {lost, trimmed, unread, last, entries}
+return {lost, trimmed, unread, last, entries, gaps}
