@@ -100,6 +100,7 @@ class Result:
     states: dict[str, int] = field(default_factory=dict)
     duplicated: int = 0
     lost: int = 0  # counted by the writer (history health)
+    gaps: int = 0  # Redis 6.2: trims of unread events it cannot count
     unwritable: int = 0
     enqueue_s: float = 0.0
     ran_s: float = 0.0  # from the first enqueue to the last task's final record
@@ -119,7 +120,8 @@ class Result:
         return (f"{self.tasks} tasks, {self.workers} runworkers, {self.database}, "
                 f"EVENTS_MAXLEN {self.events_maxlen}: rows {self.rows} (final {self.final}, "
                 f"{dict(sorted(self.states.items()))}), duplicated {self.duplicated}, "
-                f"lost {self.lost} (counted), unwritable {self.unwritable}; enqueued in "
+                f"lost {self.lost} (counted; gaps {self.gaps}), unwritable {self.unwritable}; "
+                f"enqueued in "
                 f"{self.enqueue_s:.1f} s, ran in {self.ran_s:.1f} s, rows final after "
                 f"{self.written_s:.1f} s; the stream peaked at {self.peak_stream} events, "
                 f"the writer at {self.peak_unread} behind")
@@ -217,6 +219,7 @@ def run(*, tasks: int, database: Database, redis_url: str, tmp: Path, workers: i
         result.duplicated = database.duplicated()
         health = plain.hgetall(keys.history_health)
         result.lost = int(health.get(b"lost", 0))
+        result.gaps = int(health.get(b"gaps", 0))
         result.unwritable = int(health.get(b"unwritable", 0))
         return result
     finally:

@@ -41,4 +41,4 @@ def test_every_task_of_a_soak_has_one_final_row(fault_redis: RedisServer, tmp_pa
     assert result.peak_stream > EVENTS_MAXLEN  # the writer was behind what used to be kept
     assert (result.rows, result.final, result.duplicated) == (TASKS, TASKS, 0), result.line()
     assert result.states == {"succeeded": TASKS}
-    assert (result.lost, result.unwritable) == (0, 0)
+    assert (result.lost, result.gaps, result.unwritable) == (0, 0, 0)
