@@ -17,6 +17,12 @@ started, succeeded, and a stored result record), then one HistoryWriter drains i
 Each repeat starts from an empty table and a new consumer group. Prints rows/s (tasks)
 and events/s per run, then the medians.
 
+    python3 bench/history_writer.py --tasks 20000 --repeats 5 --message-ab
+
+What keeping each task's encoded message in its row (``TaskRecord.message``, for Retry)
+costs the writer: each order run with the message kept and not kept, interleaved (the
+arm's order swapped every repeat), and the table's bytes per row of each.
+
     python3 bench/history_writer.py --cost --n 50000 --single 5000 --repeats 7
 
 What the details cost the engine (events on in both; ``event_details`` off and on, as
@@ -166,7 +172,8 @@ def fill(client, tasks: int, order: str) -> int:  # type: ignore[no-untyped-def]
     return written
 
 
-def throughput(tasks: int, repeats: int, batch: int, orders: list[str]) -> None:
+def throughput(tasks: int, repeats: int, batch: int, orders: list[str],
+               message_ab: bool = False) -> None:
     import django
     from django.core.management import call_command
     from django.db import connection
@@ -174,15 +181,30 @@ def throughput(tasks: int, repeats: int, batch: int, orders: list[str]) -> None:
     django.setup()
     call_command("migrate", verbosity=0)
     from blitzq_django import conf
+    from blitzq_django.history import merge
     from blitzq_django.history.writer import GROUP, HistoryWriter
     from blitzq_django.models import TaskRecord
+
+    keep = merge._message_fields
+    arms = {"kept": keep}
+
+    def not_kept(row, payload, redact):  # type: ignore[no-untyped-def]
+        keep(row, payload, redact)
+        row.message = None
+
+    if message_ab:
+        arms["not kept"] = not_kept
 
     client = conf.get_client()
     r = client.broker.sync.client
     keys = client.broker.keys.queue("default")
-    results: dict[str, list[tuple[float, float]]] = {}
+    results: dict[str, list[tuple[float, float, float]]] = {}
+    sizes: dict[str, list[float]] = {}
     for repeat in range(repeats):
-        for order in orders:
+        for order, arm in [(o, a) for o in orders
+                           for a in (list(arms) if repeat % 2 == 0 else list(arms)[::-1])]:
+            merge._message_fields = arms[arm]
+            label = f"{order} ({arm})" if message_ab else order
             r.flushdb()
             with connection.cursor() as cursor:
                 cursor.execute(f"TRUNCATE {TaskRecord._meta.db_table}")
@@ -203,8 +225,12 @@ def throughput(tasks: int, repeats: int, batch: int, orders: list[str]) -> None:
             assert TaskRecord.objects.filter(state="succeeded").count() == tasks
             assert writer.stats.events == events
             rate = (tasks / took, events / took, tasks / sum(spent))
-            results.setdefault(order, []).append(rate)
-            print(f"repeat {repeat + 1} {order:8}: {tasks:,} tasks in {took:.2f} s: "
+            results.setdefault(label, []).append(rate)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_total_relation_size(%s)",
+                               [TaskRecord._meta.db_table])
+                sizes.setdefault(label, []).append(cursor.fetchone()[0] / tasks)
+            print(f"repeat {repeat + 1} {label:8}: {tasks:,} tasks in {took:.2f} s: "
                   f"{rate[0]:,.0f} rows/s ({rate[1]:,.0f} events/s, "
                   f"{writer.stats.rows:,} row writes); CPU s: writer {spent[0]:.2f}, "
                   f"PostgreSQL {spent[1]:.2f}, Redis {spent[2]:.2f}: {rate[2]:,.0f} rows "
@@ -215,7 +241,9 @@ def throughput(tasks: int, repeats: int, batch: int, orders: list[str]) -> None:
     for order, rates in results.items():
         print(f"  {order:8} {statistics.median(x for x, _, _ in rates):>9,.0f} rows/s  "
               f"{statistics.median(y for _, y, _ in rates):>9,.0f} events/s  "
-              f"{statistics.median(z for _, _, z in rates):>9,.0f} rows per CPU second")
+              f"{statistics.median(z for _, _, z in rates):>9,.0f} rows per CPU second  "
+              f"{statistics.median(sizes[order]):>6,.0f} table bytes per row")
+    merge._message_fields = keep
 
 
 def cpu_of(pid: int) -> float:
@@ -240,6 +268,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--single", type=int, default=5_000)
     parser.add_argument("--kinds", default="async,def")
+    parser.add_argument("--message-ab", action="store_true",
+                        help="each order with the encoded message kept in the row and not")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from bench.run import redis_url_or_private
@@ -261,7 +291,8 @@ def main() -> None:
         os.environ["REDIS_URL"] = url
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
         try:
-            throughput(args.tasks, args.repeats, args.batch, args.orders.split(","))
+            throughput(args.tasks, args.repeats, args.batch, args.orders.split(","),
+                       args.message_ab)
         finally:
             if database is not None:
                 from django.db import connections

@@ -160,6 +160,10 @@ DEFAULTS: dict[str, Any] = {
     # "Authorization: Bearer <token>" (docs/metrics.md); None: sessions of staff with
     # view_queueoverview only.
     "METRICS_TOKEN": None,
+    # With task history on (and Redis): events the history writer has not read yet are
+    # kept beyond EVENTS_MAXLEN, up to this many per queue (a safety valve; events
+    # trimmed unread at this cap are counted and shown: docs/django.md).
+    "EVENTS_HARD_MAXLEN": 1_000_000,
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -217,6 +221,7 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "PERIODIC": ((dict,), "a dict of schedule name -> {'task': ..., 'cron' or 'every': ...}"),
     "PROGRESS_PERMISSION": ((str,), "a dotted path to a function (user, task) -> bool"),
     "METRICS_TOKEN": ((str, type(None)), "a string or None"),
+    "EVENTS_HARD_MAXLEN": ((int,), "an integer"),
 }
 #: key -> the engine's rule for the value (type, range, finite): the same one the
 #: engine applies when it is handed the value, so the check and the use agree.
@@ -241,6 +246,7 @@ LIMITS: dict[str, limits.Limit] = {
     "SHUTDOWN_TIMEOUT": limits.LIMITS["shutdown_timeout"],
     "OUTBOX_INTERVAL": limits.Limit(False, 0.01, 60),
     "OUTBOX_BATCH": limits.Limit(True, 1, 1000),
+    "EVENTS_HARD_MAXLEN": replace(limits.LIMITS["events_maxlen"], low=1, note=""),
 }
 
 #: The one registry of this process: @blitzq_task adds to it, every client built here
@@ -668,6 +674,15 @@ def events_maxlen(merged: dict[str, Any]) -> int:
     return merged["EVENTS_MAXLEN"] if merged["EVENTS"] else 0
 
 
+def events_cap(merged: dict[str, Any]) -> int:
+    """The cap the Redis scripts put on each events stream. With history on, the history
+    writer trims what it has read down to EVENTS_MAXLEN itself (history/writer.py), and
+    the scripts cap at EVENTS_HARD_MAXLEN: a writer that falls behind finds its events."""
+    if not history_on(merged):
+        return events_maxlen(merged)
+    return max(merged["EVENTS_MAXLEN"], merged["EVENTS_HARD_MAXLEN"])
+
+
 #: A broker every client built meanwhile uses instead of the one BROKER describes, or
 #: None. blitzq_django.testing sets it for the length of a test (and calls reset()), so
 #: the settings' other keys (ROUTES, DEFAULT_QUEUE ...) still apply while nothing reaches
@@ -702,7 +717,7 @@ def build_client(merged: dict[str, Any]) -> Client:
                                  idempotency_ttl=merged["IDEMPOTENCY_TTL"],
                                  dead_letter_max=merged["DEAD_LETTER_MAX"],
                                  revoke_ttl=merged["REVOKE_TTL"],
-                                 events_maxlen=events_maxlen(merged),
+                                 events_maxlen=events_cap(merged),
                                  event_details=history_on(merged),
                                  mode=merged["MODE"], queue_modes=merged["QUEUE_MODES"],
                                  redis_options=options)

@@ -95,7 +95,31 @@ def gather(client: Client) -> dict[str, Any]:
             "oldest_ready_age_ms": stats.oldest_ready_age_ms,
         }
         out["queues"][queue]["_folded"] = folded
+    _history(client, out["queues"])
     return out
+
+
+#: The task history's counters of a queue: name, Health field, help (history/health.py).
+HISTORY_COUNTERS = (
+    ("blitzq_history_events_lost", "lost",
+     "Events trimmed from the events stream before the history writer read them"),
+    ("blitzq_history_events_unwritable", "unwritable",
+     "Events the history writer could not write (refused by the database)"),
+    ("blitzq_history_event_gaps", "gaps",
+     "Trims of events the history writer had not read, of a size Redis before 7 cannot "
+     "count"),
+)
+
+
+def _history(client: Client, found: dict[str, Any]) -> None:
+    """Each queue's history health (with history on): {lost, unwritable, gaps, unread}."""
+    if not conf.history_on(conf.get_settings()):
+        return
+    from .history import health
+
+    for h in health.read(client, list(found)):
+        found[h.queue]["history"] = {"lost": h.lost, "unwritable": h.unwritable,
+                                     "gaps": h.gaps, "unread": h.unread}
 
 
 class Collector:
@@ -137,6 +161,20 @@ class Collector:
                            for bound, n in h.cumulative()]
                 hist.add_metric([queue], buckets, sum_value=h.sum_ms / 1000)
             yield hist
+        with_history = {q: n["history"] for q, n in queues_.items() if "history" in n}
+        if with_history:
+            for name, field, text in HISTORY_COUNTERS:
+                family = CounterMetricFamily(name, text, labels=["queue"])
+                for queue, found in with_history.items():
+                    family.add_metric([queue], found[field])
+                yield family
+            unread = GaugeMetricFamily("blitzq_history_unread",
+                                       "Events the history writer has not read yet",
+                                       labels=["queue"])
+            for queue, found in with_history.items():
+                if found["unread"] is not None:
+                    unread.add_metric([queue], found["unread"])
+            yield unread
 
 
 @require_GET

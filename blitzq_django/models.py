@@ -62,6 +62,12 @@ class TaskRecord(models.Model):
     # is recognised and changes nothing.
     last_event = models.CharField(_("last event"), max_length=64, blank=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
+    # The encoded message as enqueued (msgpack, at most 8 KiB: the events' detail), so
+    # that Retry re-sends its exact arguments (args and kwargs above are a JSON copy for
+    # display: bytes, datetimes, Decimals and int keys do not survive it). None when not
+    # kept: a larger message, arguments that BLITZQ["REDACT"] masks (no secret is stored
+    # in the clear), or a row written before this column.
+    message = models.BinaryField(_("message"), null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = _("task record")

@@ -200,7 +200,23 @@ class TaskProgressConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         await self.close(code=1000)
 
+    async def receive(self, text_data: Any = None, bytes_data: Any = None,
+                      **kwargs: Any) -> None:
+        # Nothing a client sends matters, and no frame (binary, not JSON) may end the
+        # consumer: one that raises is gone without its disconnect(), its follower left
+        # polling Redis.
+        pass
+
     async def disconnect(self, code: int) -> None:
+        self._stop_following()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # however the consumer ends (an error too): the follower stops
+            self._stop_following()
+
+    def _stop_following(self) -> None:
         if self.follower is not None and not self.follower.done():
             self.follower.cancel()
 

@@ -9,7 +9,9 @@ the actions and buttons are hidden without them, and their URLs answer 403.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -24,8 +26,10 @@ from django.utils.html import format_html, format_html_join
 
 from .. import conf, redaction
 from ..engine import CallOptions
+from ..engine.core.message import decode
 from ..engine.core.redact import MASK
 from ..engine.core.registry import CANCELLED, FINISHED, REVOKED
+from ..engine.errors import BlitzqError
 from ..models import TaskRecord
 from .common import (
     ENGINE_ERRORS,
@@ -35,6 +39,7 @@ from .common import (
     from_ms,
     pretty,
     record_context,
+    safely,
 )
 
 #: Timeline event kinds shown with a word of their own.
@@ -55,29 +60,59 @@ def _has_mask(value: Any) -> bool:
     return False
 
 
-def retry(record: TaskRecord) -> tuple[bool, str]:
-    """Enqueue ``record``'s task again with the same arguments, as a new message.
+#: What Retry does, and how it differs from a dead letter's Replay (both pages say it).
+RETRY_NOTE = ("Retry enqueues a new message (a new task id) with this task's exact "
+              "arguments, as its message carried them; this record stays as it is. A dead "
+              "letter's Replay instead puts that message itself back on its queue (the same "
+              "id, a fresh attempt budget), while the dead letter is kept in Redis.")
 
-    Refused (False, why) when the task is not registered in this process, or when the
-    history holds masked values (BLITZQ["REDACT"]) instead of the real arguments.
-    """
-    spec = conf.registry.find(record.task_name)
-    if spec is None:
-        return False, (f"Task {record.task_id}: {record.task_name!r} is not registered in this "
-                       "process, so it cannot be enqueued from here.")
-    if not isinstance(record.args, list) or not isinstance(record.kwargs, dict):
-        return False, f"Task {record.task_id}: its stored arguments are not a call (args, kwargs)."
-    if _has_mask(record.args) or _has_mask(record.kwargs):
-        return False, (f"Task {record.task_id}: its arguments were redacted in the history "
-                       "(BLITZQ['REDACT']); the real values are not kept, so it cannot be "
-                       "retried with the same arguments.")
+
+def retry_refusal(record: TaskRecord) -> str | None:
+    """Why Retry cannot re-send ``record``'s message as it was, or None when it can.
+
+    Retry re-sends the arguments of the message itself (``TaskRecord.message``), never
+    the JSON copy shown on the page (bytes, datetimes, Decimals, UUIDs and int keys do not
+    survive it): a row without its message offers no Retry. Nor does a task that has not
+    finished (it will run anyway: a retry would run it twice), nor one this process
+    cannot enqueue."""
+    if record.state == "scheduled":
+        return "it is scheduled: it runs at its due time (cancel it, or wait)"
+    if not record.is_final:
+        return f"it has not finished ({record.state}): it runs anyway, a retry would run it twice"
+    if conf.registry.find(record.task_name) is None:
+        return f"its task {record.task_name!r} is not registered in this process"
+    if record.message is None:
+        if _has_mask(record.args) or _has_mask(record.kwargs):
+            return ("its arguments were redacted (BLITZQ['REDACT']): the real values are not "
+                    "kept in the history")
+        if (isinstance(record.args, list) and record.args and isinstance(record.args[0], str)
+                and record.args[0].startswith("(not kept")):
+            return "its message was over 8 KiB: its arguments are not kept in the history"
+        return ("its message is not kept in the history (a row written before it was, or "
+                "first seen after its enqueue)")
     try:
-        handle = client().enqueue(spec, record.args, record.kwargs,
+        decode(bytes(record.message))
+    except BlitzqError as exc:
+        return f"its stored message cannot be read ({exc})"
+    return None
+
+
+def retry(record: TaskRecord) -> tuple[bool, str]:
+    """Enqueue ``record``'s task again with the exact arguments of its message, as a new
+    message on its queue; refused (False, why) as ``retry_refusal`` says."""
+    refusal = retry_refusal(record)
+    if refusal is not None:
+        return False, f"Task {record.task_id}: not retried: {refusal}."
+    spec = conf.registry.find(record.task_name)
+    assert spec is not None and record.message is not None  # retry_refusal checked both
+    message = decode(bytes(record.message))
+    try:
+        handle = client().enqueue(spec, message.args, message.kwargs,
                                   CallOptions(queue=record.queue))
     except ENGINE_ERRORS as exc:
         return False, f"Task {record.task_id}: not enqueued: {type(exc).__name__}: {exc}"
     return True, (f"Task {record.task_id}: {record.task_name} enqueued again as {handle.id} "
-                  f"on queue {handle.queue}.")
+                  f"on queue {handle.queue}, with the arguments of its message.")
 
 
 def cancel(record: TaskRecord) -> tuple[bool, str]:
@@ -248,8 +283,8 @@ class TaskRecordAdmin(admin.ModelAdmin):
                        queryset: QuerySet[TaskRecord]) -> HttpResponse | None:
         if request.POST.get("post") != "yes":
             return self._confirm(request, queryset, "retry_selected", "retry",
-                                 "Each task is enqueued again, as a new message with the same "
-                                 "arguments. The records shown here are kept.")
+                                 f"{RETRY_NOTE} Tasks that cannot be retried (not finished, "
+                                 "or their message is not kept) are left, each with why.")
         self._report(request, [retry(r) for r in queryset])
         return None
 
@@ -296,6 +331,42 @@ class TaskRecordAdmin(admin.ModelAdmin):
         return self._object_action(request, object_id, "cancel",
                                    self.has_cancel_permission(request))
 
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._incomplete_banner(request)
+        return super().changelist_view(request, extra_context)
+
+    def _incomplete_banner(self, request: HttpRequest) -> None:
+        """An error banner per queue whose history lost or could not write events within
+        HISTORY_RETENTION days (history/health.py): the list is not the whole story."""
+        from ..history import health, history_queues
+
+        settings = conf.get_settings()
+        if not conf.history_on(settings) or request.method != "GET":
+            return
+        since = int((time.time() - settings["HISTORY_RETENTION"] * 86400) * 1000)
+        found = safely(request, "Whether the history is complete could not be read from "
+                                "Redis", lambda: health.read(client(),
+                                                              history_queues(settings)), [])
+        for text in health.problems(found, since):
+            messages.error(request, text)
+
+    def _retry_context(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
+        """Whether Retry is offered (and why not), what it does against a dead letter's
+        Replay, and the link to this task's dead letter while it is one."""
+        record = TaskRecord.objects.filter(pk=object_id).first() \
+            if str(object_id).isdigit() else None
+        if record is None:
+            return {}
+        dead_letter_url = None
+        if (record.state == "dead_lettered"
+                and request.user.has_perm(f"{self.opts.app_label}.view_deadletter")):
+            dead_letter_url = reverse(f"admin:{self.opts.app_label}_deadletter_inspect",
+                                      current_app=self.admin_site.name) + "?" + urlencode(
+                                          {"queue": record.queue, "id": record.task_id})
+        return {"retry_refusal": retry_refusal(record), "retry_note": RETRY_NOTE,
+                "dead_letter_url": dead_letter_url}
+
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         live = None
@@ -308,4 +379,5 @@ class TaskRecordAdmin(admin.ModelAdmin):
         context = {**(extra_context or {}), "blitzq_live": live,
                    "can_retry": self.has_retry_permission(request),
                    "can_cancel": self.has_cancel_permission(request)}
+        context.update(self._retry_context(request, object_id))
         return super().change_view(request, object_id, form_url, context)

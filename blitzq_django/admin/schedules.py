@@ -282,7 +282,10 @@ def describe_runs(schedule: Schedule | None, info: ScheduleInfo | None,
         return {"next": [], "paused": False, "invalid": True}
     tz = _zone_of(schedule)
     base = max(now_ms, info.last_run_ms or 0) if info else now_ms
-    upcoming = periodic_db.next_runs(schedule, base) if schedule.enabled else []
+    try:
+        upcoming = periodic_db.next_runs(schedule, base) if schedule.enabled else []
+    except Exception:  # noqa: BLE001 - one schedule whose maths fails: shown, not a 500
+        return {"next": [], "paused": False, "invalid": True}
     return {
         "next": [(_when(ms, tz), _relative(ms, now_ms)) for ms in upcoming],
         "paused": not schedule.enabled, "invalid": False,

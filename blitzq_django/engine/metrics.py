@@ -85,6 +85,13 @@ def _bucket(ms: int) -> int:
     return len(BUCKETS_MS)
 
 
+def _latency(started_ms: int, enqueued_ms: int) -> int | None:
+    """From enqueue to start (0 if the clocks disagree); None when the times are not
+    plausible (a forged event: its sum must not overflow Redis's 64-bit counter)."""
+    latency = started_ms - enqueued_ms
+    return max(0, latency) if latency <= ev.MAX_DURATION_MS else None
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -144,10 +151,11 @@ def _apply(r: Any, keys: Any, batch: list[ev.Event]) -> None:
             enqueued[event.id] = event.time_ms
         elif event.kind == ev.STARTED:
             if event.id in enqueued:
-                latency = max(0, event.time_ms - enqueued.pop(event.id))
-                add(f"l:{_bucket(latency)}")
-                add("l:sum", latency)
-                add("l:count")
+                latency = _latency(event.time_ms, enqueued.pop(event.id))
+                if latency is not None:
+                    add(f"l:{_bucket(latency)}")
+                    add("l:sum", latency)
+                    add("l:count")
             elif event.attempt in (None, 1):
                 waiting_start.append(event)
         elif event.terminal:
@@ -157,10 +165,11 @@ def _apply(r: Any, keys: Any, batch: list[ev.Event]) -> None:
         times = r.hmget(keys.metrics_starts, [e.id for e in waiting_start])
         for event, at in zip(waiting_start, times, strict=True):
             if at is not None:
-                latency = max(0, event.time_ms - int(at))
-                add(f"l:{_bucket(latency)}")
-                add("l:sum", latency)
-                add("l:count")
+                latency = _latency(event.time_ms, int(at))
+                if latency is not None:
+                    add(f"l:{_bucket(latency)}")
+                    add("l:sum", latency)
+                    add("l:count")
                 gone.add(event.id)
     pipe = r.pipeline(transaction=True)
     for name, n in incr.items():

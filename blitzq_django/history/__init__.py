@@ -33,6 +33,7 @@ def writer_for(settings: dict[str, Any], queues: list[str] | None = None, **opti
 
     if settings["HISTORY"] == "off" or not settings["EVENTS"]:
         return None
+    options.setdefault("keep_events", settings["EVENTS_MAXLEN"])
     return HistoryWriter(conf.get_client(), queues or history_queues(settings),
                          settings["HISTORY"], **options)
 

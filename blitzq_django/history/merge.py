@@ -116,6 +116,8 @@ class Row:
     last_event: str = ""
     #: a succeeded attempt whose result is to be read from its record: its attempt
     wants_result: int | None = None
+    #: the encoded message, kept for Retry (None: not kept; see TaskRecord.message)
+    message: bytes | None = None
 
 
 Redactor = Callable[[str, Any, Any], tuple[Any, Any]]
@@ -129,9 +131,10 @@ def _message_fields(row: Row, payload: Any, redact: Redactor) -> None:
     """Arguments, idempotency key and creation time from an event's encoded message."""
     if isinstance(payload, int) and not isinstance(payload, bool):
         row.args, row.kwargs = [f"(not kept: the message is {payload} bytes)"], {}
+        row.message = None
         return
-    if not isinstance(payload, bytes | bytearray):
-        return
+    if not isinstance(payload, bytes | bytearray) or len(payload) > ev.DETAIL_MAX_MESSAGE:
+        return  # nothing, or not what a broker writes (it writes the size of a larger one)
     # The message's fields by position (core/message.py): [v, id, task, queue, args,
     # kwargs, attempt, created_ms, eta_ms, timeout, idempotency_key, ...]. Unpacked
     # rather than decode()d: a third of the cost, and it is only shown (at most
@@ -144,8 +147,11 @@ def _message_fields(row: Row, payload: Any, redact: Redactor) -> None:
         return
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         return
-    args, kwargs = redact(task if isinstance(task, str) else "", args, kwargs)
-    row.args, row.kwargs = jsonable(args), jsonable(kwargs)
+    shown_args, shown_kwargs = redact(task if isinstance(task, str) else "", args, kwargs)
+    # The message itself only when nothing in it is masked: a secret stays out of the
+    # table (and such a row offers no Retry).
+    row.message = bytes(payload) if (shown_args, shown_kwargs) == (args, kwargs) else None
+    row.args, row.kwargs = jsonable(shown_args), jsonable(shown_kwargs)
     row.idempotency_key = (clean_text(key, _CUT["idempotency_key"])
                            if isinstance(key, str) and key else None)
     if isinstance(created_ms, int) and (row.created_ms is None
@@ -197,8 +203,13 @@ def apply(row: Row, event: ev.Event, redact: Redactor = _no_redaction) -> bool:
         if kind == ev.SUCCEEDED:
             row.error_type = row.error_message = row.traceback = ""
             row.wants_result = event.attempt or row.attempt
-    row.timeline.append([kind, event.time_ms, event.attempt, event.worker, event.duration_ms,
-                         event.error_type])
+    # Cleaned like the columns: PostgreSQL's JSON refuses NUL too (an exception class
+    # whose __qualname__ holds one).
+    row.timeline.append([kind if kind in ev.KINDS else clean_text(kind, 32), event.time_ms,
+                         event.attempt,
+                         None if event.worker is None else clean_text(event.worker),
+                         event.duration_ms,
+                         None if event.error_type is None else clean_text(event.error_type)])
     if len(row.timeline) > TIMELINE_MAX:
         del row.timeline[:len(row.timeline) - TIMELINE_MAX]
     return True

@@ -18,6 +18,14 @@ once would each write their own merge, and the second would drop the first's eve
 The worker's hot path never waits on any of this: the events are written by the
 scripts that make the transitions, and the writer runs on a thread (or a process) of
 its own.
+
+Complete, or it says so (health.py). The scripts cap the events stream only at a hard
+cap (``EVENTS_HARD_MAXLEN``); each read of the writer (events_read.lua) trims it to the
+newest ``keep_events`` (``EVENTS_MAXLEN``) and what the writer has not read yet, so a
+writer that falls behind under load finds its events still there. Events the hard cap
+trimmed before the writer read them are counted by that same read, and logged at ERROR. A batch the
+database refuses is split in halves, down to the one event it refuses: that event is
+recorded as unwritable (logged at ERROR, counted) and acknowledged, and the rest goes on.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ from ..engine.core.redact import redact as redact_args
 from ..engine.core.redact import redact_value
 from ..engine.errors import BrokerError
 from ..engine.redis import ops
-from . import merge
+from . import health, merge
 from .merge import Row
 
 log = logging.getLogger("blitzq.history")
@@ -74,11 +82,20 @@ return 0
 
 FIELDS = ("idempotency_key", "task_name", "queue", "state", "attempt", "args", "kwargs",
           "result", "error_type", "error_message", "traceback", "created_at", "started_at",
-          "finished_at", "worker", "timeline", "last_event", "updated_at")
+          "finished_at", "worker", "timeline", "last_event", "updated_at", "message")
 
 
 class LeaseLost(Exception):
     """Another writer holds the queue now: the batch is rolled back, not acknowledged."""
+
+
+class Refused(Exception):
+    """The database (or the conversion to its values) refused a batch's transaction
+    (``_refused``): it is rolled back, and split (``HistoryWriter.write``)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
 
 
 class Lease:
@@ -108,12 +125,31 @@ class Stats:
     rows: int = 0
     batches: int = 0
     skipped: int = 0
+    #: events trimmed from the stream before this writer read them (counted by it)
+    lost: int = 0
+    #: events the database refused even alone (recorded in the queue's health)
+    unwritable: int = 0
+    #: trims of unread events of unknown size (Redis before 7 cannot count them)
+    gaps: int = 0
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc`` may say the database (or the conversion to its values) refuses
+    this data, as opposed to something being away: a connection lost, Redis down, the
+    lease lost. Only a refusal is worth splitting a batch for; the others are retried
+    whole. (A PL/pgSQL RAISE arrives as a ProgrammingError, like a missing table: the
+    writer tells them apart by asking the table, _table_answers.)"""
+    from django.db import InterfaceError, OperationalError
+
+    return not isinstance(exc, LeaseLost | BrokerError | RedisError | OperationalError
+                          | InterfaceError | OSError)
 
 
 #: The stored fields a batch folds its events into (read as values: no model instances).
 _STORED = ("task_id", "queue", "task_name", "state", "attempt", "args", "kwargs",
            "idempotency_key", "result", "error_type", "error_message", "traceback",
-           "created_at", "started_at", "finished_at", "worker", "timeline", "last_event")
+           "created_at", "started_at", "finished_at", "worker", "timeline", "last_event",
+           "message")
 
 
 def _row(stored: dict[str, Any]) -> Row:
@@ -128,7 +164,8 @@ def _row(stored: dict[str, Any]) -> Row:
                traceback=stored["traceback"], created_ms=ms(stored["created_at"]),
                started_ms=ms(stored["started_at"]), finished_ms=ms(stored["finished_at"]),
                worker=stored["worker"], timeline=list(stored["timeline"] or []),
-               last_event=stored["last_event"])
+               last_event=stored["last_event"],
+               message=None if stored["message"] is None else bytes(stored["message"]))
 
 
 def _model(row: Row) -> Any:
@@ -142,7 +179,7 @@ def _model(row: Row) -> Any:
                       created_at=merge.aware(row.created_ms),
                       started_at=merge.aware(row.started_ms),
                       finished_at=merge.aware(row.finished_ms), worker=row.worker,
-                      timeline=row.timeline, last_event=row.last_event)
+                      timeline=row.timeline, last_event=row.last_event, message=row.message)
 
 
 def upsert(rows: Sequence[Row]) -> None:
@@ -193,7 +230,7 @@ def _pg_upsert(connection: Any, rows: Sequence[Row]) -> None:
                                 None if r.result is None else dumps(r.result), r.error_type,
                                 r.error_message, r.traceback, aware(r.created_ms),
                                 aware(r.started_ms), aware(r.finished_ms), r.worker,
-                                dumps(r.timeline), r.last_event, now))
+                                dumps(r.timeline), r.last_event, now, r.message))
         cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {_BATCH_TABLE} "
                        f"ON CONFLICT (task_id) DO UPDATE SET {updates}")
         cursor.execute(f"TRUNCATE {_BATCH_TABLE}")
@@ -246,7 +283,7 @@ def _sqlite_upsert(connection: Any, rows: Sequence[Row]) -> None:
               dumps(r.args), dumps(r.kwargs), None if r.result is None else dumps(r.result),
               r.error_type, r.error_message, r.traceback, at(r.created_ms),
               at(r.started_ms), at(r.finished_ms), r.worker, dumps(r.timeline),
-              r.last_event, now) for r in rows])
+              r.last_event, now, r.message) for r in rows])
 
 
 def read_records(client: Client, queue: str, ids: Sequence[str]) -> list[Record | None]:
@@ -274,10 +311,14 @@ class HistoryWriter:
                  batch: int = BATCH, lease_ttl_ms: int = LEASE_TTL_MS,
                  name: str | None = None,
                  redact: merge.Redactor | None = None,
-                 redact_result: Callable[[Any], Any] | None = None) -> None:
+                 redact_result: Callable[[Any], Any] | None = None,
+                 keep_events: int | None = None) -> None:
         if mode not in ("all", "failures"):
             raise ValueError(f"history mode must be 'all' or 'failures', not {mode!r}")
         self.client, self.queues, self.mode, self.batch = client, list(queues), mode, batch
+        #: Events kept in each stream once written (EVENTS_MAXLEN); None: the writer does
+        #: not trim (the scripts' cap does), and counts no lost events.
+        self.keep_events = keep_events
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leases = {q: Lease(client, q, self.name, lease_ttl_ms) for q in self.queues}
         self.held: set[str] = set()
@@ -310,12 +351,14 @@ class HistoryWriter:
         for queue in self.queues:
             if not self._hold(queue):
                 continue
-            pending = queue in self._backlog
-            events = self.client.read_events(queue, GROUP, CONSUMER, self.batch,
-                                             None if pending else block_ms, pending=pending)
-            if pending and not events:
-                self._backlog.discard(queue)
-                events = self.client.read_events(queue, GROUP, CONSUMER, self.batch, block_ms)
+            if queue in self._backlog:
+                events = self.client.read_events(queue, GROUP, CONSUMER, self.batch,
+                                                 pending=True)
+                if not events:
+                    self._backlog.discard(queue)
+                    events = self.read(queue, block_ms)
+            else:
+                events = self.read(queue, block_ms)
             if events:
                 self.write(queue, events)
                 done += len(events)
@@ -327,15 +370,89 @@ class HistoryWriter:
                 log.info("history writer %s writes queue %r", self.name, queue)
                 self.held.add(queue)
                 self._backlog.add(queue)  # a predecessor's unacknowledged events first
+                self.read(queue, None, count=0)  # what was lost meanwhile: counted first
             return True
         if queue in self.held:
             log.warning("history writer %s lost queue %r to another writer", self.name, queue)
             self.held.discard(queue)
         return False
 
+    def read(self, queue: str, block_ms: int | None = None, *,
+             count: int | None = None) -> list[ev.Event]:
+        """The queue's next events for this writer (up to ``batch``; ``count`` 0: none),
+        waiting up to ``block_ms`` for one. On Redis in one step with counting the events
+        trimmed before the writer read them (logged at ERROR) and trimming the stream to
+        ``keep_events`` and what the writer has not read (events_read.lua)."""
+        count = self.batch if count is None else count
+        broker: Any = self.client.broker
+        if not hasattr(broker, "sync"):  # the memory broker: nothing trims under a writer
+            return self.client.read_events(queue, GROUP, CONSUMER, count, block_ms) \
+                if count else []
+        keys = broker.keys.queue(queue)
+        found = self._read_counted(broker, keys, queue, count)
+        if not found.events and count and block_ms:
+            broker.sync.run(ops.events_wait(keys, found.last, block_ms))
+            found = self._read_counted(broker, keys, queue, count)
+        return found.events
+
+    def _read_counted(self, broker: Any, keys: Any, queue: str, count: int) -> ops.GroupRead:
+        found: ops.GroupRead = broker.sync.run(ops.events_read_counted(
+            keys, queue, GROUP, CONSUMER, count, self.keep_events or 0,
+            int(time.time() * 1000)))
+        if found.lost:
+            self.stats.lost += found.lost
+            log.error("history of queue %r: %d events were trimmed from its events stream "
+                      "before the writer read them (the stream's hard cap, "
+                      "EVENTS_HARD_MAXLEN, was reached while the writer was behind or "
+                      "down): those tasks' rows are missing or not final", queue, found.lost)
+        if found.gaps:
+            self.stats.gaps += found.gaps
+            log.error("history of queue %r: events were trimmed from its events stream "
+                      "before the writer read them (the stream's hard cap, "
+                      "EVENTS_HARD_MAXLEN, was reached while the writer was behind or "
+                      "down; how many, Redis before 7 cannot tell): those tasks' rows are "
+                      "missing or not final", queue)
+        if found.skipped:  # not events (written by something else): nothing to write
+            log.warning("history of queue %r: %d entries of its events stream are not "
+                        "events and are skipped (the first: %s)", queue, len(found.skipped),
+                        found.skipped[0])
+            self.client.ack_events(queue, GROUP, found.skipped)
+        return found
+
     def write(self, queue: str, events: Sequence[ev.Event]) -> int:
         """Fold ``events`` (one queue's, stream order) into their rows, commit, then ack.
-        Returns the rows written."""
+        Returns the rows written.
+
+        A batch the database refuses (``_refused``) is written in two halves, each split
+        again while refused, down to single events: an event refused alone is recorded
+        as unwritable (health.py; logged at ERROR) and acknowledged. Halves are written
+        in stream order, each folding into the rows the one before committed, so the rows
+        are those of the whole batch, without the refused events."""
+        return self._split(queue, events)
+
+    def _split(self, queue: str, events: Sequence[ev.Event]) -> int:
+        try:
+            return self._write(queue, events)
+        except Refused as refused:
+            # A table that cannot be read (not migrated, the database away) is not a
+            # refusal of this data: raised as it is, and the batch retried whole.
+            _table_answers(refused.error)
+            if len(events) > 1:
+                middle = len(events) // 2
+                return self._split(queue, events[:middle]) + self._split(queue, events[middle:])
+            self._unwritable(queue, events[0], refused.error)
+            return 0
+
+    def _unwritable(self, queue: str, event: ev.Event, exc: Exception) -> None:
+        log.error("history of queue %r: event %s (%s) of task %s could not be written and "
+                  "is skipped: %s: %s", queue, event.cursor, event.kind, event.id,
+                  type(exc).__name__, exc, exc_info=exc)
+        health.record_unwritable(self.client, queue, event, exc)
+        self.client.ack_events(queue, GROUP, [event.cursor])
+        self.stats.unwritable += 1
+        self.stats.events += 1
+
+    def _write(self, queue: str, events: Sequence[ev.Event]) -> int:
         from ..models import TaskRecord
 
         # The stored rows of the batch's ids, except those whose first event here starts a
@@ -347,20 +464,25 @@ class HistoryWriter:
             first.setdefault(e.id, e)
         ids = [i for i, e in first.items() if len(i) <= merge.MAX_TASK_ID and not (
             e.kind == ev.ENQUEUED or (e.kind == ev.SCHEDULED and e.attempt is None))]
-        with transaction.atomic():
-            stored = ({r["task_id"]: _row(r) for r in
-                       TaskRecord.objects.filter(task_id__in=ids).values(*_STORED)}
-                      if ids else {})
-            changed, skipped = merge.fold(stored, events,
-                                          failures_only=self.mode == "failures",
-                                          redact=self.redact)
-            self._results(queue, changed)
-            rows = list(changed.values())
-            self._claim_keys(rows)
-            if rows:
-                upsert(rows)
-            if not self.leases[queue].hold():  # fenced: a writer that lost the lease
-                raise LeaseLost(queue)         # must not commit over its successor
+        try:
+            with transaction.atomic():
+                stored = ({r["task_id"]: _row(r) for r in
+                           TaskRecord.objects.filter(task_id__in=ids).values(*_STORED)}
+                          if ids else {})
+                changed, skipped = merge.fold(stored, events,
+                                              failures_only=self.mode == "failures",
+                                              redact=self.redact)
+                self._results(queue, changed)
+                rows = list(changed.values())
+                self._claim_keys(rows)
+                if rows:
+                    upsert(rows)
+                if not self.leases[queue].hold():  # fenced: a writer that lost the lease
+                    raise LeaseLost(queue)         # must not commit over its successor
+        except Exception as exc:
+            if _refused(exc):
+                raise Refused(exc) from exc
+            raise
         self.client.ack_events(queue, GROUP, [e.cursor for e in events])
         if skipped:
             log.warning("history: %d events of task ids over %d characters not written",
@@ -451,6 +573,20 @@ class HistoryWriter:
                 except Exception:  # noqa: BLE001 - the TTL frees it anyway
                     pass
             self.held.clear()
+
+
+def _table_answers(error: Exception) -> None:
+    """Raise ``error`` if the history table cannot be read (one trivial query)."""
+    from django.db import connection
+
+    from ..models import TaskRecord
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 FROM {connection.ops.quote_name(TaskRecord._meta.db_table)}"
+                           " WHERE 1 = 0")
+    except Exception:
+        raise error from None
 
 
 def wait_caught_up(writer: HistoryWriter, timeout: float = 30.0) -> bool:

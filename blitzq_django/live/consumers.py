@@ -65,16 +65,31 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         while True:
             await self.send_json(await self.inbox.get())
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        pass  # the page sends nothing that matters
+    async def receive(self, text_data: Any = None, bytes_data: Any = None,
+                      **kwargs: Any) -> None:
+        # The page sends nothing that matters. Any frame a client sends (binary, not JSON)
+        # is ignored here: the JSON consumer's own decoding raised, and a consumer that
+        # raises is gone without its disconnect(), its subscription left polling Redis.
+        pass
 
     async def disconnect(self, code: int) -> None:
+        await self._release()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # however the consumer ends (an error too): unsubscribed, pump stopped
+            await self._release()
+
+    async def _release(self) -> None:
         if self.source is not None and self.inbox is not None:
             self.source.unsubscribe(self.inbox)
-        if self.pump is not None:
-            self.pump.cancel()
+        self.source = None
+        pump, self.pump = self.pump, None
+        if pump is not None:
+            pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self.pump
+                await pump
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:

@@ -98,8 +98,15 @@ def test_detail_shows_call_outcome_timeline_and_live_state(blitzq_redis: Client)
     assert "live state" in html and "nothing kept in Redis" in html
 
 
+def message_of(task_id: str, args: list[Any]) -> bytes:
+    """The encoded message the history keeps for Retry (TaskRecord.message)."""
+    from blitzq_django.engine.core.message import Message, encode
+
+    return encode(Message(id=task_id, task="tests.admin.add", queue="default", args=args))
+
+
 def test_retry_confirms_then_enqueues_the_same_arguments(blitzq_redis: Client) -> None:
-    row = record("r-1", TaskState.FAILED, args=[2, 3])
+    row = record("r-1", TaskState.FAILED, args=[2, 3], message=message_of("r-1", [2, 3]))
     browser = login("retry_taskrecord")
     form = {"action": "retry_selected", "_selected_action": [str(row.pk)]}
     page = browser.post(LIST, form)
@@ -171,7 +178,7 @@ def test_without_permissions_no_buttons_no_actions_and_403(blitzq_redis: Client)
 
 
 def test_retry_permission_is_not_cancel_permission(blitzq_redis: Client) -> None:
-    row = record("r-1", TaskState.SCHEDULED, args=[1, 2])
+    row = record("r-1", TaskState.FAILED, args=[1, 2], message=message_of("r-1", [1, 2]))
     browser = login("retry_taskrecord")
     assert browser.post(f"{LIST}{row.pk}/cancel/").status_code == 403
     page = browser.get(f"{LIST}{row.pk}/retry/")  # a GET only asks for confirmation
@@ -182,7 +189,7 @@ def test_retry_permission_is_not_cancel_permission(blitzq_redis: Client) -> None
 
 
 def test_object_buttons_need_the_csrf_token(blitzq_redis: Client) -> None:
-    row = record("r-1", TaskState.FAILED, args=[1, 2])
+    row = record("r-1", TaskState.FAILED, args=[1, 2], message=message_of("r-1", [1, 2]))
     browser = login("retry_taskrecord", csrf=True)
     assert browser.post(f"{LIST}{row.pk}/retry/").status_code == 403
     assert blitzq_redis.queue_stats("default").ready == 0

@@ -74,6 +74,9 @@ from typing import Any
 
 import msgpack
 
+from ..errors import MAX_SECONDS
+from .validate import MAX_ATTEMPT
+
 ENQUEUED = "enqueued"
 SCHEDULED = "scheduled"
 STARTED = "started"
@@ -194,10 +197,29 @@ def packer() -> msgpack.Packer:
         return found
 
 
+#: Most bytes of one stream entry a reader decodes. The largest event written (a failure:
+#: its error message, traceback and message, each cut to its DETAIL_MAX_*) is under
+#: 100 KB; a larger entry is not an event, and is skipped undecoded.
+EVENT_MAX_BYTES = 128 * 1024
+#: Most elements of one array or map in an event (its nine fields; a detail of three).
+#: With EVENT_MAX_BYTES this bounds what decoding any entry costs: a forged 8 MiB entry
+#: of empty arrays would otherwise cost each reader over half a GiB (as core/message.py
+#: bounds a message).
+EVENT_MAX_ITEMS = 32
+#: The longest run time an event may carry (ms); a longer one reads as unknown (None).
+MAX_DURATION_MS = MAX_SECONDS * 1000
+
+
 def parse(cursor: str, queue: str, data: bytes) -> Event | None:
-    """The event in one stream entry's ``e`` field; None if it is not one."""
+    """The event in one stream entry's ``e`` field; None if it is not one.
+
+    Bounded: an entry over EVENT_MAX_BYTES, or with an array or map over EVENT_MAX_ITEMS,
+    is not decoded. An attempt or a duration out of its range reads as None."""
+    if len(data) > EVENT_MAX_BYTES:
+        return None
     try:
-        fields = msgpack.unpackb(data, raw=False, unicode_errors="replace")
+        fields = msgpack.unpackb(data, raw=False, unicode_errors="replace",
+                                 max_array_len=EVENT_MAX_ITEMS, max_map_len=EVENT_MAX_ITEMS)
     except Exception:  # noqa: BLE001 - a stream anyone may write to
         return None
     if not isinstance(fields, list) or len(fields) < 4:
@@ -205,12 +227,13 @@ def parse(cursor: str, queue: str, data: bytes) -> Event | None:
     detail = _opt(fields[8]) if len(fields) > 8 else None
     fields = [_opt(v) for v in fields[:8]] + [None] * (8 - min(len(fields), 8))
     kind, id_, task, time_ms, attempt, worker, duration, error_type = fields
-    if not isinstance(kind, str) or not isinstance(id_, str) or not isinstance(time_ms, int):
+    if not isinstance(kind, str) or not isinstance(id_, str) or type(time_ms) is not int:
         return None
     return Event(cursor, queue, kind, id_, task if isinstance(task, str) else "", time_ms,
-                 attempt if isinstance(attempt, int) else None,
+                 attempt if type(attempt) is int and 0 < attempt <= MAX_ATTEMPT else None,
                  worker if isinstance(worker, str) else None,
-                 duration if isinstance(duration, int) else None,
+                 duration if type(duration) is int and 0 <= duration <= MAX_DURATION_MS
+                 else None,
                  error_type if isinstance(error_type, str) else None, detail)
 
 

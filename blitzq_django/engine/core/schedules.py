@@ -135,7 +135,11 @@ class Cron:
         it = croniter(self._expression, start)
         step = it.get_next if forward else it.get_prev
         for _ in range(_MAX_CANDIDATES):
-            yield step(dt.datetime)
+            try:
+                candidate = step(dt.datetime)
+            except (ValueError, OverflowError):  # CroniterBadDateError: no more dates
+                return
+            yield candidate
 
     def next_after(self, ms: int) -> int | None:
         """The first occurrence strictly after instant ``ms``, None if there is none."""
@@ -214,9 +218,17 @@ def cron_problem(expression: Any) -> str | None:
     from croniter import croniter
 
     try:
-        croniter(text, _EPOCH)
+        it = croniter(text, _EPOCH)
     except (ValueError, KeyError, TypeError) as exc:  # CroniterBadCronError is a ValueError
         return f"cron {expression!r} is not a valid cron expression: {exc}"
+    try:
+        # A valid expression may name no day that exists ("0 0 30 2 *": February 30th):
+        # refused here, where it enters (code, settings, the admin form), not by every
+        # scheduler failing to find its next occurrence.
+        it.get_next(dt.datetime)
+    except (ValueError, KeyError, TypeError, OverflowError):  # CroniterBadDateError
+        return (f"cron {expression!r} never fires: no date matches its day-of-month and "
+                "month fields (like February 30th)")
     return None
 
 

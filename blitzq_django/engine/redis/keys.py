@@ -31,6 +31,9 @@ key                                     type      holds
                                                   events_maxlen; the same for every lane
 ``bq:{ns:queue}:hl``                    string    lease of the queue's one task history writer
                                                   (blitzq_django.history): its token; PX 15 s
+``bq:{ns:queue}:hh``                    hash      the history's health: events trimmed before
+                                                  the writer read them (events_read.lua),
+                                                  events it could not write; counts and last
 ``bq:{ns:queue}:rv``                    zset      revocations (cancel of a queued or running
                                                   message): id -> expiry ms (now +
                                                   revoke_ttl); pruned by score on write
@@ -145,6 +148,12 @@ class QueueKeys:
     def history_lease(self) -> str:
         """Held by the one history writer of this queue (blitzq_django.history)."""
         return f"{self.tag}:hl"
+
+    @property
+    def history_health(self) -> str:
+        """What the history of this queue lacks: events lost to the stream's cap, events
+        its writer could not write (blitzq_django.history.health)."""
+        return f"{self.tag}:hh"
 
     @property
     def revocations(self) -> str:

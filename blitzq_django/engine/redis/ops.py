@@ -534,3 +534,69 @@ def events_read_group(keys: QueueKeys, queue: str, group: str, consumer: str, co
 
 def events_ack(keys: QueueKeys, group: str, cursors: Sequence[str]) -> Op:
     return Op(command=("XACK", keys.events, group, *cursors), parse=int)
+
+
+#: Most entries events_read.lua looks at to trim in one call when Redis has no counters.
+TRIM_SCAN = 10_000
+
+
+class GroupRead(NamedTuple):
+    """What one events_read did: events counted lost (trimmed before the group read
+    them), entries trimmed, events the group had not read before this read (-1: Redis
+    cannot tell), its last delivered cursor, the events read, the cursors of entries read
+    that are not events (to acknowledge), and gaps: 1 when events were trimmed before the
+    group read them and Redis cannot count them (before Redis 7)."""
+
+    lost: int
+    trimmed: int
+    unread: int
+    last: str
+    events: list[Event]
+    skipped: list[str]
+    gaps: int = 0
+
+
+def events_read_counted(keys: QueueKeys, queue: str, group: str, consumer: str, count: int,
+                        keep: int, now_ms: int) -> Op:
+    """A group's next ``count`` events (0: none), in one step with counting the events
+    trimmed before it read them (in ``keys.history_health``) and trimming the stream to
+    its newest ``keep`` (0: no trim) and what it has not read (scripts/events_read.lua)."""
+    def parse(reply: Any) -> GroupRead:
+        lost, trimmed, unread, last, entries, gaps = reply
+        skipped: list[str] = []
+        found = _events_of(queue, entries or [], skipped)
+        return GroupRead(int(lost), int(trimmed), int(unread), _text(last), found, skipped,
+                         int(gaps))
+
+    return Op(script=scripts.EVENTS_READ, keys=(keys.events, keys.history_health),
+              args=(group, consumer, count, keep, now_ms, TRIM_SCAN), parse=parse)
+
+
+def events_wait(keys: QueueKeys, after: str, block_ms: int) -> Op:
+    """Wait up to ``block_ms`` for an event after cursor ``after`` (XREAD BLOCK, COUNT 1):
+    whether one came. Reads nothing for a group."""
+    return Op(command=("XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", keys.events, after),
+              parse=bool)
+
+
+def history_health(keys: QueueKeys) -> Op:
+    """The history health hash: {field: text} (lost, lost_last_ms, unwritable, ...)."""
+    def parse(reply: Any) -> dict[str, str]:
+        if isinstance(reply, list):
+            reply = dict(zip(reply[::2], reply[1::2], strict=True))
+        return {_text(k): _text(v) for k, v in (reply or {}).items()}
+
+    return Op(command=("HGETALL", keys.history_health), parse=parse)
+
+
+def events_groups(keys: QueueKeys) -> Op:
+    """XINFO GROUPS of the events stream: [{name, pending, lag, ...}]; [] without one."""
+    def parse(reply: Any) -> list[dict[str, Any]]:
+        out = []
+        for fields in reply or []:
+            if isinstance(fields, list):
+                fields = dict(zip(fields[::2], fields[1::2], strict=True))
+            out.append({_text(k): _text(v) for k, v in fields.items()})
+        return out
+
+    return Op(command=("XINFO", "GROUPS", keys.events), parse=parse)

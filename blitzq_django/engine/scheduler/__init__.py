@@ -109,12 +109,19 @@ def infos(client: Client, schedules: Sequence[Schedule] | None = None,
                 name=schedule.name, task=schedule.task, schedule=schedule.describe(),
                 queue=queue, missed=schedule.missed, source=schedule.source,
                 enabled=schedule.enabled,
-                next_run_ms=schedule.next_after(base) if schedule.enabled else None,
+                next_run_ms=_next_run(schedule, base) if schedule.enabled else None,
                 last_run_ms=done, last_dispatch_ms=info.get("o") if message_id else None,
                 last_message_id=message_id, dispatched_at_ms=info.get("at"),
                 dispatched_by=info.get("by"), missed_runs=int(info.get("missed") or 0),
                 outcome=outcome))
     return sorted(out, key=lambda i: i.name)
+
+
+def _next_run(schedule: Schedule, after_ms: int) -> int | None:
+    try:
+        return schedule.next_after(after_ms)
+    except Exception:  # noqa: BLE001 - observability: a schedule that cannot say is "none"
+        return None
 
 
 def _unpacked(blob: bytes | None) -> dict[str, Any]:

@@ -152,16 +152,19 @@ class Scheduler:
         self.problems = problems
         added = [s for n, s in found.items() if n not in self.schedules]
         now = self.now_ms()
-        for name, schedule in found.items():
+        for name, schedule in list(found.items()):
             old = self.schedules.get(name)
             if old is not None and name in self.handled and (
                     old.when != schedule.when or (schedule.enabled and not old.enabled)):
                 # A new timing (or enabled again): what the old one missed is not owed.
-                self.handled[name] = max(self.handled[name], first_baseline(schedule, now))
+                try:
+                    self.handled[name] = max(self.handled[name], first_baseline(schedule, now))
+                except Exception as exc:  # noqa: BLE001 - one schedule's maths, not the others
+                    self._broken(schedule, exc, found)
         self.schedules = found
         self.handled = {n: v for n, v in self.handled.items() if n in found}
         if added:
-            await self._read_handled(added, now)
+            await self._read_handled([s for s in added if s.name in found], now)
         log.info("scheduler %s: %d schedule(s): %s", self.name, len(found),
                  ", ".join(f"{s.name} ({s.describe()})" for s in found.values()) or "none")
 
@@ -178,8 +181,25 @@ class Scheduler:
             stored = await self.store.handled(queue, [s.name for s in group])
             for schedule, value in zip(group, stored, strict=True):
                 # Never dispatched: its past occurrences are not missed runs.
-                self.handled[schedule.name] = (first_baseline(schedule, now_ms)
-                                               if value is None else value)
+                try:
+                    self.handled[schedule.name] = (first_baseline(schedule, now_ms)
+                                                   if value is None else value)
+                except Exception as exc:  # noqa: BLE001 - one schedule's maths, not the others
+                    self._broken(schedule, exc)
+
+    def _broken(self, schedule: Schedule, exc: BaseException,
+                found: dict[str, Schedule] | None = None) -> None:
+        """A schedule whose occurrences cannot be computed: logged at ERROR with its
+        traceback and left out until the sources are read again; the others go on."""
+        text = (f"schedule {schedule.name!r} ({schedule.describe()}) is left out: its "
+                f"occurrences cannot be computed ({type(exc).__name__}: {exc})")
+        log.error("scheduler %s: %s", self.name, text, exc_info=exc)
+        self.problems.append(text)
+        for known in (found, self.schedules):
+            if known is not None and known.get(schedule.name) is schedule:
+                del known[schedule.name]
+        self.handled.pop(schedule.name, None)
+        self._next.pop(schedule.name, None)
 
     # -- one pass --------------------------------------------------------------------
 
@@ -193,11 +213,17 @@ class Scheduler:
             last = self.handled.get(schedule.name)
             if last is None:
                 await self._read_handled([schedule], now)
-                last = self.handled[schedule.name]
-            due = self._next_after(schedule, last)
-            if due is None or due > now:
-                continue  # the usual case: nothing to compute
-            todo = plan(schedule, last, now)
+                last = self.handled.get(schedule.name)
+                if last is None:
+                    continue  # left out: its maths failed
+            try:
+                due = self._next_after(schedule, last)
+                if due is None or due > now:
+                    continue  # the usual case: nothing to compute
+                todo = plan(schedule, last, now)
+            except Exception as exc:  # noqa: BLE001 - one schedule's maths, not the others
+                self._broken(schedule, exc)
+                continue
             if todo is None:
                 continue
             try:
@@ -208,6 +234,8 @@ class Scheduler:
             except BlitzqError as exc:  # this schedule's message cannot be built
                 log.error("schedule %s: %s; not dispatched", schedule.name, exc)
                 self.handled[schedule.name] = todo.through  # not again at every pass
+            except Exception as exc:  # noqa: BLE001 - one bad schedule, not the others
+                self._broken(schedule, exc)
         return done
 
     async def _claim(self, schedule: Schedule, occurrences: tuple[int, ...], through: int,
@@ -275,8 +303,17 @@ class Scheduler:
 
     def next_due_ms(self) -> int | None:
         now = self.now_ms()
-        due = [d for s in self.schedules.values() if s.enabled
-               for d in [self._next_after(s, self.handled.get(s.name, now))] if d is not None]
+        due = []
+        for schedule in list(self.schedules.values()):
+            if not schedule.enabled:
+                continue
+            try:
+                found = self._next_after(schedule, self.handled.get(schedule.name, now))
+            except Exception as exc:  # noqa: BLE001 - one schedule's maths, not the others
+                self._broken(schedule, exc)
+                continue
+            if found is not None:
+                due.append(found)
         return min(due, default=None)
 
     # -- running -----------------------------------------------------------------------
