@@ -159,6 +159,14 @@ DEFAULTS: dict[str, Any] = {
     # A token that lets a scraper read /metrics and the JSON stats with the header
     # "Authorization: Bearer <token>" (docs/metrics.md); None: staff sessions only.
     "METRICS_TOKEN": None,
+    # The console log of runworker, runscheduler, runhistory and runoutbox when the
+    # project's LOGGING gives blitzq no handler: "text" or "json" (a JSON object a line,
+    # a task's fields as keys; python-json-logger). --log-format overrides it.
+    "LOG_FORMAT": "text",
+    # OpenTelemetry spans (docs/observability.md): one per message enqueued (its context
+    # sent in the message's headers) and one per attempt. Needs opentelemetry-api (the
+    # "otel" extra); the project sets the TracerProvider.
+    "TRACING": False,
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -167,6 +175,7 @@ BROKERS = ("redis", "memory")
 DELIVERY_MODES = ("reliable", "fast")
 HISTORY_MODES = ("all", "failures", "off")
 HISTORY_WRITERS = ("process", "thread")
+LOG_FORMATS = ("text", "json")
 REDIS_CACHE_BACKENDS = ("django_redis.cache.RedisCache",
                         "django.core.cache.backends.redis.RedisCache")
 
@@ -216,6 +225,8 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "PERIODIC": ((dict,), "a dict of schedule name -> {'task': ..., 'cron' or 'every': ...}"),
     "PROGRESS_PERMISSION": ((str,), "a dotted path to a function (user, task) -> bool"),
     "METRICS_TOKEN": ((str, type(None)), "a string or None"),
+    "LOG_FORMAT": ((str,), "'text' or 'json'"),
+    "TRACING": ((bool,), "True or False"),
 }
 #: key -> the engine's rule for the value (type, range, finite): the same one the
 #: engine applies when it is handed the value, so the check and the use agree.
@@ -424,6 +435,29 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
     alias = merged["CACHE_ALIAS"]
     if isinstance(alias, str):
         found += _cache_problems(alias, caches)
+    found += _observability_problems(merged, bad_type)
+    return found
+
+
+def _observability_problems(merged: dict[str, Any], bad_type: set[str]) -> list[Problem]:
+    """E004: LOG_FORMAT not a format, TRACING on without opentelemetry-api installed."""
+    found = []
+    if "LOG_FORMAT" not in bad_type and merged["LOG_FORMAT"] not in LOG_FORMATS:
+        found.append(Problem("blitzq.E004", "LOG_FORMAT", "BLITZQ['LOG_FORMAT'] must be 'text' "
+                             f"or 'json', not {merged['LOG_FORMAT']!r:.40}.",
+                             "Default: 'text'."))
+    if merged["TRACING"] is True:
+        import importlib.util
+
+        try:
+            installed = importlib.util.find_spec("opentelemetry.trace") is not None
+        except ImportError:  # no opentelemetry package at all
+            installed = False
+        if not installed:
+            found.append(Problem("blitzq.E004", "TRACING", "BLITZQ['TRACING'] is True but "
+                                 "opentelemetry-api is not installed.",
+                                 "pip install 'blitzq-django[otel]', and set a TracerProvider "
+                                 "(docs/observability.md)."))
     return found
 
 
@@ -739,6 +773,10 @@ def get_client() -> Client:
 
                 # client.schedules() (blitzq schedules) lists the database's too.
                 _client.schedule_sources = extra_sources()
+                if get_settings()["TRACING"]:  # OpenTelemetry (docs/observability.md)
+                    from .engine.tracing import instrument
+
+                    instrument(_client)
             client = _client
     return client
 

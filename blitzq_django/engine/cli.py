@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .banner import announce
 from .client import Client
 from .core import limits
 from .core.names import name_problem
@@ -247,6 +248,8 @@ def _run_worker(args: argparse.Namespace, argv: list[str],
     try:
         client = load(args.app)
         config = worker_config(vars(args))
+        announce(client, config, processes=args.processes,
+                 verbosity=2 if args.log_level.upper() == "DEBUG" else 1)
         return run(client, config, args.processes, [sys.executable, "-m", "blitzq_django.engine",
                                                     *argv])
     except BlitzqError as exc:

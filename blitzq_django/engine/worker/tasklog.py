@@ -182,7 +182,7 @@ def _sentry_tags(fields: dict[str, Any]) -> Iterator[None]:
                          ("blitzq.queue", "queue"), ("blitzq.attempt", "attempt"),
                          ("blitzq.outcome", "outcome")):
             if fields.get(key) is not None:
-                scope.set_tag(tag, fields[key])
+                scope.set_tag(tag, str(fields[key]))
         yield
 
 
