@@ -175,7 +175,6 @@ BROKERS = ("redis", "memory")
 DELIVERY_MODES = ("reliable", "fast")
 HISTORY_MODES = ("all", "failures", "off")
 HISTORY_WRITERS = ("process", "thread")
-LOG_FORMATS = ("text", "json")
 REDIS_CACHE_BACKENDS = ("django_redis.cache.RedisCache",
                         "django.core.cache.backends.redis.RedisCache")
 
@@ -442,7 +441,7 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
 def _observability_problems(merged: dict[str, Any], bad_type: set[str]) -> list[Problem]:
     """E004: LOG_FORMAT not a format, TRACING on without opentelemetry-api installed."""
     found = []
-    if "LOG_FORMAT" not in bad_type and merged["LOG_FORMAT"] not in LOG_FORMATS:
+    if "LOG_FORMAT" not in bad_type and merged["LOG_FORMAT"] not in ("text", "json"):
         found.append(Problem("blitzq.E004", "LOG_FORMAT", "BLITZQ['LOG_FORMAT'] must be 'text' "
                              f"or 'json', not {merged['LOG_FORMAT']!r:.40}.",
                              "Default: 'text'."))

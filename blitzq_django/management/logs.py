@@ -2,27 +2,30 @@
 runoutbox): like django-tasks-db, the "blitzq" logger prints to stderr unless the
 project configured logging itself.
 
-Its format is text, or JSON (``--log-format json`` or ``BLITZQ["LOG_FORMAT"]``): one
-object a line from python-json-logger, with ``time``, ``level``, ``logger``,
-``process``, ``message``, the traceback as ``exc_info``, and every ``extra`` field of
-the record as a key (a task's ``task_name``, ``task_id``, ``queue``, ``attempt``...:
-docs/observability.md). A project whose LOGGING gives blitzq a handler chooses the
-format there (``pythonjsonlogger.json.JsonFormatter``); asking for JSON then says so.
+Its format is text, or JSON (``--log-format json``, else ``$BLITZQ_LOG_FORMAT``, else
+``BLITZQ["LOG_FORMAT"]``): one object a line from python-json-logger, with ``time``,
+``level``, ``logger``, ``process``, ``message``, the traceback as ``exc_info``, and every
+``extra`` field of the record as a key (a task's ``task_name``, ``task_id``, ``queue``,
+``attempt``...: docs/observability.md). ``--log-format`` sets ``$BLITZQ_LOG_FORMAT`` for
+the command's child processes (the history writer, supervised workers). A project whose
+LOGGING gives blitzq a handler chooses the format there
+(``pythonjsonlogger.json.JsonFormatter``); asking for JSON then says so.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
-from ..conf import LOG_FORMATS
+from ..engine import logformat
+from ..engine.logformat import LOG_FORMATS
 
 LOG_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
               "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-JSON_FIELDS = "%(levelname)s %(name)s %(process)d %(message)s"
 
 
 def add_log_format_argument(parser: Any) -> None:
@@ -30,13 +33,6 @@ def add_log_format_argument(parser: Any) -> None:
         "--log-format", choices=LOG_FORMATS, type=str.lower, default=None,
         help="format of the console log: text, or one JSON object a line with a task's "
              "fields as keys (default: BLITZQ['LOG_FORMAT'], 'text')")
-
-
-def json_formatter() -> logging.Formatter:
-    from pythonjsonlogger.json import JsonFormatter
-
-    return JsonFormatter(JSON_FIELDS, rename_fields={"levelname": "level", "name": "logger"},
-                         timestamp="time")
 
 
 def _setting() -> str:
@@ -53,13 +49,14 @@ def _setting() -> str:
 def configure_logging(verbosity: int, level: str | None = None,
                       log_format: str | None = None) -> None:
     """Level from ``--log-level`` when given, else from ``--verbosity`` (INFO at 1);
-    format from ``--log-format`` when given, else from ``BLITZQ["LOG_FORMAT"]``."""
+    format from ``--log-format``, else ``$BLITZQ_LOG_FORMAT``, else the setting."""
     logger = logging.getLogger("blitzq")
-    chosen = log_format or _setting()
+    if log_format:
+        os.environ[logformat.ENV] = log_format  # for its child processes
+    chosen = log_format or logformat.from_environment() or _setting()
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(json_formatter() if chosen == "json"
-                             else logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(logformat.formatter(chosen, TEXT_FORMAT))
         logger.addHandler(handler)
     elif chosen == "json" and not _ours_are_json(logger):
         sys.stderr.write("blitzq: the JSON log format applies to blitzq's own console "

@@ -131,7 +131,7 @@ def test_json_logs_carry_the_task_fields(blitzq_redis: Any, env: dict[str, str],
 def test_the_log_format_setting_turns_json_on(blitzq_redis: Any, env: dict[str, str],
                                               manage: Any) -> None:
     tasks.validate_card.enqueue("4242424242424242")
-    err = burst(manage, {**env, "BLITZQ_LOG_FORMAT": "json"})
+    err = burst(manage, {**env, "TEST_LOG_FORMAT": "json"})
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert [r["level"] for r in records if r["logger"] == "blitzq.task"] == ["WARNING", "ERROR"]
 
@@ -227,3 +227,17 @@ def test_admin_emails_carry_the_traceback(blitzq_redis: Any, settings: Any,
     assert f"task testproject.shop.tasks.validate_card [{handle.id}] failed on attempt 2 of 2" in \
         mail.subject
     assert "Traceback (most recent call last)" in mail.body and "in validate_card" in mail.body
+
+
+def test_log_format_reaches_the_child_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from blitzq_django.history import process
+    from blitzq_django.management.logs import configure_logging
+
+    monkeypatch.setenv("BLITZQ_LOG_FORMAT", "text")  # restored (unset) after the test
+    blitzq = logging.getLogger("blitzq")
+    level = blitzq.level
+    try:
+        configure_logging(1, None, "json")
+    finally:
+        blitzq.setLevel(level)
+    assert process.child_env()["BLITZQ_LOG_FORMAT"] == "json"  # the history writer's
