@@ -18,7 +18,9 @@ The arms:
   Only in trees that have it.
 
 ``--enqueue`` counts instead the instructions of the producer per single ``enqueue``
-(one round trip each), tracing off and on.
+(one round trip each), tracing off and on. ``--micro`` counts only the code a success
+runs in ``_conclude_now`` (the two tests, and the line when it is on) in a loop, free of
+the batching noise a whole drain has on a loaded machine.
 
 Needs redis-server on PATH (or REDIS_URL), valgrind, and the project's dependencies.
 """
@@ -90,6 +92,49 @@ client.broker.sync.client.flushdb()
 """
 
 
+MICRO = r"""
+import logging, os, sys, types
+arm, n = sys.argv[1], int(sys.argv[2])
+from blitzq_django.engine.core.message import Message
+from blitzq_django.engine.core.task import TaskSpec
+from blitzq_django.engine.brokers.base import Delivery, Settlement
+from blitzq_django.engine.worker import tasklog
+
+spec = TaskSpec.build(lambda i: i, name="noop")
+held = types.SimpleNamespace(message=Message(id="0" * 32, task="noop", queue="default"),
+                             spec=spec, delivery=None)
+settlement = Settlement(None, "done", "0" * 32)
+if arm == "on":
+    handler = logging.StreamHandler(open(os.devnull, "w"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("blitzq").addHandler(handler)
+    logging.getLogger("blitzq.task.succeeded").setLevel(logging.INFO)
+log_successes = tasklog.succeeded_log.isEnabledFor
+INFO = logging.INFO
+if arm == "base":
+    for _ in range(n):
+        pass
+else:  # what _conclude_now adds to a success: the two tests, and the line when it is on
+    for _ in range(n):
+        if settlement.failure is not None:
+            pass
+        elif log_successes(INFO):
+            tasklog.succeeded(held, 0, 3, "w")
+"""
+
+
+def micro(url: str, tmp: Path, sizes: tuple[int, int]) -> None:
+    small, large = sizes
+    counts = {}
+    for arm in ("base", "off", "on"):
+        counts[arm] = [_count(".", url, MICRO, [arm, str(n)], tmp / f"micro.{arm}.{n}")
+                       for n in (small, large)]
+    per = {arm: (c[1] - c[0]) / (large - small) for arm, c in counts.items()}
+    for arm in ("off", "on"):
+        print(f"success line {arm:3}: {per[arm] - per['base']:10,.0f} instructions per "
+              "success over an empty loop", flush=True)
+
+
 def _summary(out: Path) -> int:
     for line in out.read_text().splitlines():
         if line.startswith("summary:"):
@@ -120,6 +165,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="2000,7000", help="the two drains (or enqueues)")
     parser.add_argument("--enqueue", action="store_true",
                         help="count the producer's instructions per single enqueue instead")
+    parser.add_argument("--micro", action="store_true",
+                        help="count only what a success costs in _conclude_now, off and on")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from bench.run import redis_url_or_private
@@ -128,6 +175,9 @@ def main() -> None:
     url, server = redis_url_or_private()
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            if args.micro:
+                micro(url, Path(tmp), (small, large))
+                return
             for tree in args.trees.split(","):
                 arms = [a for a in args.arms.split(",")
                         if a != "traced" or _has_tracing(tree)]

@@ -43,8 +43,8 @@ def history_writer(merged: dict[str, Any], with_history: bool) -> str:
 
     if (merged["HISTORY_WRITER"] == "process" and merged["BROKER"] != "memory"
             and process.can_run()):
-        return f"writer process ({merged['HISTORY']} tasks)"
-    return f"writer thread ({merged['HISTORY']} tasks)"
+        return f"writer process (HISTORY {merged['HISTORY']!r})"
+    return f"writer thread (HISTORY {merged['HISTORY']!r})"
 
 
 def worker(client: Any, config: Any, merged: dict[str, Any], options: dict[str, Any]

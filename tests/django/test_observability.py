@@ -23,7 +23,7 @@ from django.core.management import get_commands, load_command_class
 from django.utils.log import AdminEmailHandler
 
 from blitzq_django import conf
-from blitzq_django.management import banner
+from blitzq_django.engine import Client
 from testproject.shop import tasks
 from tests.support.waiting import wait_until
 
@@ -165,6 +165,8 @@ def test_runscheduler_says_where_redis_is(env: dict[str, str], manage: Any,
 
 def test_the_redis_source_names_the_setting_the_environment_or_the_default(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from blitzq_django.management import banner
+
     merged = {**conf.DEFAULTS}
     monkeypatch.delenv("REDIS_URL", raising=False)
     assert banner.redis_source(merged) == (
@@ -185,6 +187,7 @@ def test_the_banner_masks_the_password(settings: Any, caplog: pytest.LogCaptureF
     settings.BLITZQ = {"REDIS_URL": "redis://:hunter2@cache.internal:6380/3"}
     client = conf.get_client()  # builds no connection
     from blitzq_django.engine import WorkerConfig
+    from blitzq_django.management import banner
 
     with caplog.at_level(logging.INFO, logger="blitzq.worker"):
         banner.worker(client, WorkerConfig(queues=("default",)), conf.get_settings(),
@@ -241,3 +244,79 @@ def test_log_format_reaches_the_child_processes(monkeypatch: pytest.MonkeyPatch)
     finally:
         blitzq.setLevel(level)
     assert process.child_env()["BLITZQ_LOG_FORMAT"] == "json"  # the history writer's
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tracing_follows_the_django_enqueue_paths(blitzq_redis: Any, settings: Any) -> None:
+    from django.db import transaction
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from blitzq_django.engine import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.instrument(blitzq_redis, tracer_provider=provider)
+    with provider.get_tracer("web").start_as_current_span("request") as request:
+        with transaction.atomic():
+            on_commit = tasks.noop.enqueue_on_commit()
+        sent = [on_commit.id]
+        if django_tasks_available():
+            from testproject.shop import dtasks
+
+            settings.TASKS = {"default": {"BACKEND": "blitzq_django.backend.BlitzQBackend"}}
+            sent.append(dtasks.add.enqueue(1, 2).id)
+    with running_worker():
+        wait_until(lambda: len([s for s in exporter.get_finished_spans()
+                                if s.name.startswith("process ")]) == len(sent), timeout=20,
+                   message="a consumer span per message")
+    spans = exporter.get_finished_spans()
+    creates = {s.attributes["messaging.message.id"]: s for s in spans  # type: ignore[index]
+               if s.name.startswith("create ")}
+    assert set(creates) == set(sent)
+    for span in creates.values():
+        assert span.parent.span_id == request.get_span_context().span_id  # type: ignore[union-attr]
+    for span in (s for s in spans if s.name.startswith("process ")):
+        message_id = span.attributes["messaging.message.id"]  # type: ignore[index]
+        assert span.parent.span_id == creates[message_id].context.span_id  # type: ignore[union-attr]
+
+
+def django_tasks_available() -> bool:
+    """django.tasks (Django 6) or the django-tasks backport (tests/django/test_tasks_backend.py)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        import blitzq_django.backend  # noqa: F401
+    except ImproperlyConfigured:
+        return False
+    return True
+
+
+def test_the_banner_says_the_mode_and_the_history_writer() -> None:
+    from blitzq_django.engine import MemoryBroker, RedisBroker
+    from blitzq_django.engine.banner import delivery_mode
+
+    redis = Client(RedisBroker("redis://localhost:1/0", queue_modes={"bulk": "fast"}))
+    assert delivery_mode(redis, ["default", "bulk", "mail"]) == "reliable; fast: bulk"
+    assert delivery_mode(redis, ["default"]) == "reliable"
+    assert delivery_mode(Client(MemoryBroker()), ["default"]).startswith("memory: ")
+    from blitzq_django.management.banner import history_writer
+
+    merged = {**conf.DEFAULTS}
+    assert history_writer(merged, True) == "writer process (HISTORY 'all')"
+    assert history_writer({**merged, "HISTORY_WRITER": "thread", "HISTORY": "failures"},
+                          True) == "writer thread (HISTORY 'failures')"
+    assert history_writer({**merged, "HISTORY": "off"}, True) == \
+        "off (BLITZQ['HISTORY'] is 'off')"
+    assert history_writer({**merged, "EVENTS": False}, True) == \
+        "off (BLITZQ['EVENTS'] is False)"
+
+
+def test_the_log_format_environment_variable_wins_over_the_setting(
+        blitzq_redis: Any, env: dict[str, str], manage: Any) -> None:
+    tasks.validate_card.enqueue("4242424242424242")
+    err = burst(manage, {**env, "TEST_LOG_FORMAT": "text", "BLITZQ_LOG_FORMAT": "json"})
+    assert [json.loads(line)["level"] for line in err.splitlines()
+            if '"logger": "blitzq.task"' in line] == ["WARNING", "ERROR"]

@@ -31,7 +31,13 @@ class InMemory(Transport):
         self.envelopes.append(envelope)
 
 transport = InMemory()
-sentry_sdk.init(dsn="https://public@sentry.invalid/1", transport=transport)
+options = {}
+if sys.argv[2] == "warning":
+    import logging
+    from sentry_sdk.integrations.logging import LoggingIntegration
+
+    options["integrations"] = [LoggingIntegration(event_level=logging.WARNING)]
+sentry_sdk.init(dsn="https://public@sentry.invalid/1", transport=transport, **options)
 
 from blitzq_django.engine import Client, RedisBroker, Worker
 
@@ -57,11 +63,12 @@ print(json.dumps({"ids": ids, "events": events}, default=str))
 """
 
 
-def run_worker(redis_url: str, namespace: str) -> dict[str, Any]:
+def run_worker(redis_url: str, namespace: str, event_level: str = "default"
+               ) -> dict[str, Any]:
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
     env.pop("DJANGO_SETTINGS_MODULE", None)  # the engine alone, as a non-Django project
-    done = subprocess.run([sys.executable, "-c", WORKER, namespace], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", WORKER, namespace, event_level], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -93,3 +100,13 @@ def test_a_failing_task_is_a_sentry_event_with_its_traceback_and_tags(
     assert exception["stacktrace"]["frames"][-1]["function"] == "refund"
     assert refund["tags"]["blitzq.task_id"] == refund_id
     assert refund["tags"]["blitzq.attempt"] == "1"
+
+
+def test_warnings_are_events_too_when_the_integration_says_so(redis_url: str,
+                                                               namespace: str) -> None:
+    out = run_worker(redis_url, namespace, event_level="warning")
+    card_id, _refund_id = out["ids"]
+    card = [e for e in out["events"] if e["tags"]["blitzq.task_id"] == card_id]
+    assert [(e["level"], e["tags"]["blitzq.attempt"], e["tags"]["blitzq.outcome"])
+            for e in card] == [("warning", "1", "retrying"), ("error", "2", "dead_lettered")]
+    assert card[0]["exception"]["values"][0]["type"] == "ValueError"

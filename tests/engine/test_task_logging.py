@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -226,3 +230,40 @@ async def test_async_successes_log_when_on(redis_broker: Any,
     await arun_burst(client)
     (line,) = task_records(caplog, "blitzq.task.succeeded")
     assert line.task_id == handle.id  # type: ignore[attr-defined]
+
+
+def test_a_task_name_from_redis_cannot_forge_a_log_line(
+        redis_broker: Any, caplog: pytest.LogCaptureFixture) -> None:
+    client = Client(redis_broker)
+    forged = "gone\n2026-01-01 00:00:00,000 CRITICAL blitzq.task: forged"
+    client.task(name=forged)(lambda: None).enqueue()
+    client.registry._specs.pop(forged)  # the worker does not know it: unknown task
+    run_burst(client)
+    (error,) = task_records(caplog)
+    assert error.reason == "unknown task" and error.task_name == forged  # type: ignore[attr-defined]
+    assert "\n" not in error.getMessage() and repr(forged) in error.getMessage()
+
+
+def test_logging_imports_neither_sentry_nor_the_tracing() -> None:
+    """A worker that logs failures, with tracing off, imports neither sentry_sdk (used
+    only once the project imported it) nor blitzq's tracing modules. (OpenTelemetry
+    itself may be imported by redis-py, when it is installed.)"""
+    script = (
+        "import asyncio, sys\n"
+        "from blitzq_django.engine import Client, MemoryBroker, Worker\n"
+        "client = Client(MemoryBroker())\n"
+        "@client.task(name='t')\n"
+        "def t():\n"
+        "    raise ValueError('no')\n"
+        "t.enqueue()\n"
+        "stats = asyncio.run(Worker(client, burst=True, block_timeout=0.05).run())\n"
+        "assert stats.dead_lettered == 1, stats.as_dict()\n"
+        "ours = ('blitzq_django.engine.tracing', 'blitzq_django.engine.worker.spans')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('sentry_sdk') or m in ours))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "ValueError: no" in done.stderr  # it was logged ...
+    assert done.stdout.strip() == "[]"  # ... and nothing optional was imported

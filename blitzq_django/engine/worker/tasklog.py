@@ -67,6 +67,13 @@ def _fields(message: Message, spec: TaskSpec | None, worker: str, outcome: str,
             "duration_ms": duration_ms, "outcome": outcome, "worker": worker}
 
 
+def _shown(value: object) -> str:
+    """Text from a message, as a log line may hold it: a task name read from Redis may
+    be anything, and a line break in it would forge a log line."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
+
+
 def _attempt(fields: dict[str, Any]) -> str:
     if fields["max_attempts"] is None:
         return f"attempt {fields['attempt']}"
@@ -94,7 +101,7 @@ def failed(held: Held, settlement: Settlement, error: BaseException | None, star
                 fields["reason"] = settlement.letter.reason
                 then = f"{then} ({settlement.letter.reason})"
         _emit(level, "task %s [%s] failed on %s (queue %s, %d ms), %s: %s",
-              (message.task, message.id, _attempt(fields), message.queue,
+              (_shown(message.task), message.id, _attempt(fields), message.queue,
                fields["duration_ms"], then, said), error, fields)
     except Exception:  # noqa: BLE001 - a log line must never stop a settlement
         _internal_error()
@@ -105,8 +112,8 @@ def succeeded(held: Held, started_ms: int, finished_ms: int, worker: str) -> Non
     try:
         message = held.message
         fields = _fields(message, held.spec, worker, states.SUCCEEDED, finished_ms - started_ms)
-        succeeded_log.info("task %s [%s] succeeded on %s (queue %s, %d ms)", message.task,
-                           message.id, _attempt(fields), message.queue,
+        succeeded_log.info("task %s [%s] succeeded on %s (queue %s, %d ms)",
+                           _shown(message.task), message.id, _attempt(fields), message.queue,
                            fields["duration_ms"], extra=fields)
     except Exception:  # noqa: BLE001
         _internal_error()
@@ -125,12 +132,12 @@ def rejected(delivery: Delivery, message: Message | None, spec: TaskSpec | None,
             what = f"entry {delivery.entry_id} of queue {delivery.queue}"
         else:
             fields = _fields(message, spec, worker, states.DEAD_LETTERED, None)
-            what = (f"task {message.task} [{message.id}] ({_attempt(fields)}, queue "
+            what = (f"task {_shown(message.task)} [{message.id}] ({_attempt(fields)}, queue "
                     f"{message.queue})")
         fields["reason"] = reason
         fields["delivery_count"] = delivery.delivery_count
         _emit(logging.ERROR, "%s dead-lettered without running (%s): %s",
-              (what, reason, detail or reason), None, fields)
+              (what, reason, _shown(detail or reason)), None, fields)
     except Exception:  # noqa: BLE001
         _internal_error()
 
@@ -141,7 +148,7 @@ def expired(held: Held, message: Message, late_ms: int, worker: str) -> None:
         fields = _fields(message, held.spec, worker, states.EXPIRED, None)
         fields["delivery_count"] = held.delivery.delivery_count
         _emit(logging.WARNING, "task %s [%s] dropped without running (queue %s): it expired "
-              "%d ms before it could start", (message.task, message.id, message.queue,
+              "%d ms before it could start", (_shown(message.task), message.id, message.queue,
                                                late_ms), None, fields)
     except Exception:  # noqa: BLE001
         _internal_error()
@@ -154,8 +161,8 @@ def unsettleable(held: Held, error: BaseException, detail: str, worker: str) -> 
         fields = _fields(message, held.spec, worker, states.DEAD_LETTERED, None)
         fields["reason"] = "outcome could not be settled"
         _emit(logging.ERROR, "task %s [%s] (%s, queue %s): its outcome could not be built "
-              "(%s): dead-lettered", (message.task, message.id, _attempt(fields),
-                                      message.queue, detail), error, fields)
+              "(%s): dead-lettered", (_shown(message.task), message.id, _attempt(fields),
+                                      message.queue, _shown(detail)), error, fields)
     except Exception:  # noqa: BLE001
         _internal_error()
 
