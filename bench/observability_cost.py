@@ -109,8 +109,7 @@ if arm == "on":
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("blitzq").addHandler(handler)
     logging.getLogger("blitzq.task.succeeded").setLevel(logging.INFO)
-log_successes = tasklog.succeeded_log.isEnabledFor
-INFO = logging.INFO
+executor = types.SimpleNamespace(log_successes=tasklog.successes_on())
 if arm == "base":
     for _ in range(n):
         pass
@@ -118,7 +117,7 @@ else:  # what _conclude_now adds to a success: the two tests, and the line when 
     for _ in range(n):
         if settlement.failure is not None:
             pass
-        elif log_successes(INFO):
+        elif executor.log_successes:
             tasklog.succeeded(held, 0, 3, "w")
 """
 

@@ -267,3 +267,26 @@ def test_logging_imports_neither_sentry_nor_the_tracing() -> None:
     assert done.returncode == 0, done.stderr
     assert "ValueError: no" in done.stderr  # it was logged ...
     assert done.stdout.strip() == "[]"  # ... and nothing optional was imported
+
+
+@pytest.mark.asyncio
+async def test_turning_success_lines_on_reaches_a_running_worker(
+        redis_broker: Any, caplog: pytest.LogCaptureFixture) -> None:
+    client = Client(redis_broker)
+
+    @client.task(name="aok")
+    async def aok() -> None:
+        return None
+
+    async with background_worker(client):
+        await (await aok.aenqueue()).aresult(timeout=5)
+        assert task_records(caplog, "blitzq.task.succeeded") == []
+        caplog.set_level(logging.INFO, logger="blitzq.task.succeeded")
+
+        async def a_success_is_logged() -> bool:
+            await (await aok.aenqueue()).aresult(timeout=5)
+            return bool(task_records(caplog, "blitzq.task.succeeded"))
+
+        # Read once a second (tasklog.SUCCESS_LEVEL_READ_S): within a few, whatever the load.
+        await await_until(a_success_is_logged, 5, interval=0.05,
+                          message="a success line after the level changed")

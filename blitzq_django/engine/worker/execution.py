@@ -59,8 +59,15 @@ class Executor:
         self._revoked = worker.revocations.ids  # one set for the worker's life
         self._threads = worker.threads
         self._progress: ProgressReporter | None = None
-        #: whether success lines are on: the logger's cached answer (tasklog.py)
-        self._log_successes = tasklog.succeeded_log.isEnabledFor
+        #: whether success lines are on (tasklog.py): the logger's level, read once a
+        #: second rather than once per success (a call: ~1 % of a no-op task)
+        self.log_successes = tasklog.successes_on()
+        self._watch_successes(asyncio.get_running_loop())
+
+    def _watch_successes(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._worker.helpers_stop.is_set():
+            self.log_successes = tasklog.successes_on()
+            loop.call_later(tasklog.SUCCESS_LEVEL_READ_S, self._watch_successes, loop)
 
     def _reporter(self) -> ProgressReporter:
         """The worker's progress writer (engine/progress.py), on this (its) loop."""
@@ -278,7 +285,7 @@ class Executor:
                 # The exception object exists only here: its log line carries it (exc_info).
                 if settlement.failure is not None:
                     tasklog.failed(held, settlement, error, started, finished, self._name)
-                elif self._log_successes(logging.INFO):
+                elif self.log_successes:
                     tasklog.succeeded(held, started, finished, self._name)
             self._settle(held, settlement)
         finally:
