@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
 from django.core.mail.message import EmailMessage
 from django.core.management import get_commands, load_command_class
@@ -218,7 +219,9 @@ def test_tracing_on_instruments_the_client(settings: Any) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_admin_emails_carry_the_traceback(blitzq_redis: Any, settings: Any,
                                           mailoutbox: list[EmailMessage]) -> None:
-    settings.ADMINS = [("Ops", "ops@example.com")]
+    # Django 6 takes addresses; (name, address) pairs are deprecated there, needed before.
+    settings.ADMINS = (["ops@example.com"] if django.VERSION >= (6, 0)
+                       else [("Ops", "ops@example.com")])
     handler = AdminEmailHandler()
     handler.setLevel(logging.ERROR)
     logger = logging.getLogger("blitzq.task")
