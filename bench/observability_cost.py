@@ -19,8 +19,9 @@ The arms:
 
 ``--enqueue`` counts instead the instructions of the producer per single ``enqueue``
 (one round trip each), tracing off and on. ``--micro`` counts only the code a success
-runs in ``_conclude_now`` (the two tests, and the line when it is on) in a loop, free of
-the batching noise a whole drain has on a loaded machine.
+runs in ``_conclude_now`` (the two tests, and the line when it is on: arms ``off``,
+``on``; ``call`` asks the logger at each success instead) in a loop, free of the batching
+noise a whole drain has on a loaded machine.
 
 Needs redis-server on PATH (or REDIS_URL), valgrind, and the project's dependencies.
 """
@@ -97,40 +98,56 @@ import logging, os, sys, types
 arm, n = sys.argv[1], int(sys.argv[2])
 from blitzq_django.engine.core.message import Message
 from blitzq_django.engine.core.task import TaskSpec
-from blitzq_django.engine.brokers.base import Delivery, Settlement
+from blitzq_django.engine.brokers.base import Settlement
 from blitzq_django.engine.worker import tasklog
 
 spec = TaskSpec.build(lambda i: i, name="noop")
 held = types.SimpleNamespace(message=Message(id="0" * 32, task="noop", queue="default"),
                              spec=spec, delivery=None)
-settlement = Settlement(None, "done", "0" * 32)
 if arm == "on":
     handler = logging.StreamHandler(open(os.devnull, "w"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("blitzq").addHandler(handler)
     logging.getLogger("blitzq.task.succeeded").setLevel(logging.INFO)
-executor = types.SimpleNamespace(log_successes=tasklog.successes_on())
-if arm == "base":
-    for _ in range(n):
-        pass
-else:  # what _conclude_now adds to a success: the two tests, and the line when it is on
-    for _ in range(n):
-        if settlement.failure is not None:
+
+
+class Executor:  # the attribute _conclude_now reads, as an instance attribute
+    def __init__(self):
+        self.log_successes = tasklog.successes_on()
+        self.is_enabled = tasklog.succeeded_log.isEnabledFor
+
+
+def run(executor, settlement, n):  # locals, as in _conclude_now
+    if arm == "base":
+        for _ in range(n):
             pass
-        elif executor.log_successes:
-            tasklog.succeeded(held, 0, 3, "w")
+    elif arm == "call":  # the alternative: ask the logger at each success
+        for _ in range(n):
+            if settlement.failure is not None:
+                pass
+            elif executor.is_enabled(20):
+                tasklog.succeeded(held, 0, 3, "w")
+    else:  # what _conclude_now adds to a success: two tests, and the line when it is on
+        for _ in range(n):
+            if settlement.failure is not None:
+                pass
+            elif executor.log_successes:
+                tasklog.succeeded(held, 0, 3, "w")
+
+
+run(Executor(), Settlement(None, "done", "0" * 32), n)
 """
 
 
-def micro(url: str, tmp: Path, sizes: tuple[int, int]) -> None:
+def micro(url: str, tmp: Path, sizes: tuple[int, int], arms: list[str]) -> None:
     small, large = sizes
     counts = {}
-    for arm in ("base", "off", "on"):
+    for arm in ["base", *arms]:
         counts[arm] = [_count(".", url, MICRO, [arm, str(n)], tmp / f"micro.{arm}.{n}")
                        for n in (small, large)]
     per = {arm: (c[1] - c[0]) / (large - small) for arm, c in counts.items()}
-    for arm in ("off", "on"):
-        print(f"success line {arm:3}: {per[arm] - per['base']:10,.0f} instructions per "
+    for arm in arms:
+        print(f"success line {arm:4}: {per[arm] - per['base']:10,.0f} instructions per "
               "success over an empty loop", flush=True)
 
 
@@ -175,7 +192,8 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             if args.micro:
-                micro(url, Path(tmp), (small, large))
+                micro(url, Path(tmp), (small, large),
+                      [a for a in args.arms.split(",") if a in ("off", "call", "on")])
                 return
             for tree in args.trees.split(","):
                 arms = [a for a in args.arms.split(",")

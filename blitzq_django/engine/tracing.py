@@ -14,8 +14,8 @@ Once instrumented:
   span (a web request's, or the consumer span of the task enqueueing it), ended at
   once; its context is injected into the message's headers by the global propagator
   (W3C ``traceparent``, and ``tracestate`` / ``baggage`` when there are any). When
-  nothing is current but the headers inherited from a running attempt carry a
-  ``traceparent`` (a task in a child process), that is the parent.
+  nothing is current but the headers already carry a ``traceparent`` (given with
+  ``options(headers=...)``, e.g. by another system), that is the parent.
 - each attempt a worker runs gets a CONSUMER span ``process <task>``, a child of the
   message's creation context, current while the task runs (``async def`` tasks and
   ``def`` tasks on the worker's threads; a process-executor task runs in a child

@@ -186,3 +186,15 @@ def test_without_instrument_nothing_is_traced(redis_broker: Any, provider: Trace
     assert "traceparent" not in decode(ready_payloads(client.broker, "default")[0]).headers
     run_burst(client)
     assert [s.name for s in exporter.get_finished_spans()] == ["request"]
+
+
+def test_a_traceparent_given_in_the_headers_is_the_parent(client: Client,
+                                                          exporter: InMemorySpanExporter) -> None:
+    t = client.task(name="from_elsewhere")(lambda: None)
+    given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    t.options(headers={"traceparent": given}).enqueue()  # outside any span
+    (create,) = spans(exporter, "create from_elsewhere")
+    assert create.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert create.parent is not None and create.parent.span_id == 0xB7AD6B7169203331
+    headers = decode(ready_payloads(client.broker, "default")[0]).headers
+    assert headers["traceparent"] == traceparent_of(create)  # its own, not the one given
