@@ -164,6 +164,14 @@ DEFAULTS: dict[str, Any] = {
     # kept beyond EVENTS_MAXLEN, up to this many per queue (a safety valve; events
     # trimmed unread at this cap are counted and shown: docs/django.md).
     "EVENTS_HARD_MAXLEN": 1_000_000,
+    # The console log of runworker, runscheduler, runhistory and runoutbox when the
+    # project's LOGGING gives blitzq no handler: "text" or "json" (a JSON object a line,
+    # a task's fields as keys; python-json-logger). --log-format overrides it.
+    "LOG_FORMAT": "text",
+    # OpenTelemetry spans (docs/observability.md): one per message enqueued (its context
+    # sent in the message's headers) and one per attempt. Needs opentelemetry-api (the
+    # "otel" extra); the project sets the TracerProvider.
+    "TRACING": False,
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -222,6 +230,8 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "PROGRESS_PERMISSION": ((str,), "a dotted path to a function (user, task) -> bool"),
     "METRICS_TOKEN": ((str, type(None)), "a string or None"),
     "EVENTS_HARD_MAXLEN": ((int,), "an integer"),
+    "LOG_FORMAT": ((str,), "'text' or 'json'"),
+    "TRACING": ((bool,), "True or False"),
 }
 #: key -> the engine's rule for the value (type, range, finite): the same one the
 #: engine applies when it is handed the value, so the check and the use agree.
@@ -431,6 +441,29 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
     alias = merged["CACHE_ALIAS"]
     if isinstance(alias, str):
         found += _cache_problems(alias, caches)
+    found += _observability_problems(merged, bad_type)
+    return found
+
+
+def _observability_problems(merged: dict[str, Any], bad_type: set[str]) -> list[Problem]:
+    """E004: LOG_FORMAT not a format, TRACING on without opentelemetry-api installed."""
+    found = []
+    if "LOG_FORMAT" not in bad_type and merged["LOG_FORMAT"] not in ("text", "json"):
+        found.append(Problem("blitzq.E004", "LOG_FORMAT", "BLITZQ['LOG_FORMAT'] must be 'text' "
+                             f"or 'json', not {merged['LOG_FORMAT']!r:.40}.",
+                             "Default: 'text'."))
+    if merged["TRACING"] is True:
+        import importlib.util
+
+        try:
+            installed = importlib.util.find_spec("opentelemetry.trace") is not None
+        except ImportError:  # no opentelemetry package at all
+            installed = False
+        if not installed:
+            found.append(Problem("blitzq.E004", "TRACING", "BLITZQ['TRACING'] is True but "
+                                 "opentelemetry-api is not installed.",
+                                 "pip install 'blitzq-django[otel]', and set a TracerProvider "
+                                 "(docs/observability.md)."))
     return found
 
 
@@ -755,6 +788,10 @@ def get_client() -> Client:
 
                 # client.schedules() (blitzq schedules) lists the database's too.
                 _client.schedule_sources = extra_sources()
+                if get_settings()["TRACING"]:  # OpenTelemetry (docs/observability.md)
+                    from .engine.tracing import instrument
+
+                    instrument(_client)
             client = _client
     return client
 

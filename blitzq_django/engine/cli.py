@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import logformat
+from .banner import announce
 from .client import Client
 from .core import limits
 from .core.names import name_problem
@@ -212,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker_parser = sub.add_parser("worker", help="run a worker")
     worker_parser.add_argument("app", help="module:attribute of a Client (or a factory of one)")
     worker_parser.add_argument("--log-level", default=os.environ.get("BLITZQ_LOG_LEVEL", "INFO"))
+    _add_log_format(worker_parser)
     add_worker_arguments(worker_parser)
     scheduler_parser = sub.add_parser(
         "scheduler", help="run a scheduler: dispatch periodic tasks, promote delayed ones")
@@ -219,9 +222,24 @@ def build_parser() -> argparse.ArgumentParser:
                                   "one)")
     scheduler_parser.add_argument("--log-level",
                                   default=os.environ.get("BLITZQ_LOG_LEVEL", "INFO"))
+    _add_log_format(scheduler_parser)
     add_scheduler_arguments(scheduler_parser)
     ops_cli.add_commands(sub, leaf=_add_app_argument)
     return parser
+
+
+def _add_log_format(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-format", choices=logformat.LOG_FORMATS, type=str.lower,
+                        default=logformat.from_environment() or "text",
+                        help="text, or one JSON object a line with a task's fields as keys "
+                             "(default: $BLITZQ_LOG_FORMAT, else text)")
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logformat.formatter(
+        args.log_format, "%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
 
 
 def _add_app_argument(parser: argparse.ArgumentParser) -> None:
@@ -242,11 +260,12 @@ def main(argv: Sequence[str] | None = None,
 
 def _run_worker(args: argparse.Namespace, argv: list[str],
                 load: Callable[[str], Client]) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
+    _configure_logging(args)
     try:
         client = load(args.app)
         config = worker_config(vars(args))
+        announce(client, config, processes=args.processes,
+                 verbosity=2 if args.log_level.upper() == "DEBUG" else 1)
         return run(client, config, args.processes, [sys.executable, "-m", "blitzq_django.engine",
                                                     *argv])
     except BlitzqError as exc:
@@ -283,8 +302,7 @@ def run_scheduler(client: Client, options: dict[str, Any], **kwargs: Any) -> int
 
 
 def _run_scheduler(args: argparse.Namespace, load: Callable[[str], Client]) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
+    _configure_logging(args)
     try:
         return run_scheduler(load(args.app), vars(args))
     except BlitzqError as exc:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .dead_letters import DeadLetters
     from .progress import Progress
     from .scheduler.registry import ScheduleInfo
+    from .tracing import Tracing
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -91,6 +92,8 @@ class Client:
         #: task name glob -> queue, first match wins; see route()
         self.routes = check_routes(routes or {})
         self._routed: dict[str, str | None] = {}
+        #: OpenTelemetry spans (engine/tracing.py instrument()); None: off, at no cost
+        self.tracing: Tracing | None = None
 
     # -- defining tasks ------------------------------------------------------
 
@@ -191,6 +194,8 @@ class Client:
     def _encode(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
                 call: CallOptions, message_id: str, shared: tuple[Any, ...]) -> Enqueue:
         queue, expires, priority, unique, policy, headers = shared
+        if self.tracing is not None:  # the message's own span, its context in the headers
+            headers = self.tracing.created(spec.name, queue, message_id, headers)
         created = now_ms()
         eta_ms = call.due_ms(created)
         held = (unique_key(spec.name, args, kwargs) if unique

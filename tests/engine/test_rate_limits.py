@@ -266,7 +266,7 @@ async def test_a_rate_key_naming_no_bucket_fails_the_attempt_without_retry(
     assert record.error_type == "ConfigurationError"
     assert "task 't': " in record.error_message and "rate" in record.error_message
     assert dead_letter_ids(broker, "default") == [h.id]
-    assert "cannot run" in caplog.text
+    assert "dead-lettered (not retryable): ConfigurationError" in caplog.text
 
 
 @pytest.mark.asyncio

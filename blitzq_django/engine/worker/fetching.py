@@ -19,7 +19,7 @@ from ..core import deadletter as reasons
 from ..core.message import Message, decode
 from ..core.task import TaskSpec
 from ..errors import BlitzqError, MessageDecodeError
-from . import outcome
+from . import outcome, tasklog
 from .execution import now_ms
 from .inflight import PREFETCHED, Held
 
@@ -142,8 +142,7 @@ class Intake:
 
     def _malformed(self, held: Held, exc: Exception) -> None:
         worker, delivery = self._worker, held.delivery
-        log.error("dead-lettering malformed message %r on %r: %r", delivery.entry_id,
-                  delivery.queue, str(exc))
+        tasklog.rejected(delivery, None, None, reasons.MALFORMED, str(exc), worker.name)
         worker.settle(held, outcome.rejected(delivery, reasons.MALFORMED, now_ms(),
                                              worker.policy,
                                              detail=f"{reasons.MALFORMED}: {exc}"))
@@ -169,8 +168,7 @@ class Intake:
         worker = self._worker
         if message.expires_ms is not None and message.expires_ms <= now_ms():
             held.message = message
-            log.info("dropping message %r of %r: it expired before it started", message.id,
-                     message.task)
+            tasklog.expired(held, message, now_ms() - message.expires_ms, worker.name)
             worker.settle(held, outcome.expired(held.delivery, message, spec, now_ms(),
                                                 worker.policy))
             return True
@@ -187,12 +185,16 @@ class Intake:
         worker, delivery = self._worker, held.delivery
         held.message = message
         if spec is None:
-            log.error("dead-lettering message %r: unknown task %r", message.id, message.task)
+            tasklog.rejected(delivery, message, None, reasons.UNKNOWN_TASK,
+                             f"no task {message.task!r} is registered in this worker",
+                             worker.name)
             worker.settle(held, outcome.rejected(delivery, reasons.UNKNOWN_TASK, now_ms(),
                                                  worker.policy, message,
                                                  f"{reasons.UNKNOWN_TASK} {message.task!r}"))
             return
-        log.error("dead-lettering message %r: delivered %d times", message.id,
-                  delivery.delivery_count)
+        tasklog.rejected(delivery, message, spec, reasons.MAX_DELIVERIES,
+                         f"delivered {delivery.delivery_count} times (max_deliveries "
+                         f"{self._max_deliveries}): a worker died or lost its lease running "
+                         "it each time", worker.name)
         worker.settle(held, outcome.rejected(delivery, reasons.MAX_DELIVERIES, now_ms(),
                                              worker.policy, message))

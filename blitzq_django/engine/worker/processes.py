@@ -415,7 +415,7 @@ def _child_main(conn: Any, initializer: Callable[..., Any] | None, initargs: tup
                 if around_call is not None:
                     around_call()
         except BaseException as exc:  # noqa: BLE001 - SystemExit too fails the attempt
-            reply = (_ERROR, exc)
+            reply = (_ERROR, _Raised(exc))
         conn.send_bytes(_dumps(reply, qualname))
 
 
@@ -431,8 +431,40 @@ def _dumps(reply: tuple[str, Any], qualname: str) -> bytes:
             text = (f"the result of {qualname} cannot be sent back from its child process "
                     f"(a {type(payload).__name__}): {exc}")
         else:
-            text = _describe(payload)
+            text = _describe(payload.error)
         return pickle.dumps((_TEXT, text))
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a child process, as text: the cause of the
+    exception the parent rebuilds (its own frames do not cross the pipe), so a record,
+    a log line and an error tracker show where the task raised it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class _Raised:
+    """What a child sends back for an exception: it, with its traceback as text."""
+
+    __slots__ = ("error", "text")
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        try:
+            self.text = "".join(traceback.format_exception(error)).strip()[-20_000:]
+        except Exception:  # noqa: BLE001
+            self.text = ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuilt, (self.error, self.text)
+
+
+def _rebuilt(error: BaseException, text: str) -> BaseException:
+    """In the parent: the child's exception, its traceback text as its cause."""
+    if text:
+        error.__cause__ = RemoteTraceback(f"in the child process:\n\n{text}")
+    return error
 
 
 def _describe(exc: BaseException) -> str:

@@ -28,7 +28,7 @@ from ..core import deadletter as reasons
 from ..core import record as states
 from ..core.rates import Rate, bucket_problem, bucket_rate
 from ..errors import MAX_RETRY_DELAY_S, ConfigurationError
-from . import outcome
+from . import outcome, tasklog
 from .execution import now_ms
 from .inflight import PREFETCHED, Held
 
@@ -147,13 +147,13 @@ class RateGate:
     def _fail(self, held: Held, error: BaseException) -> None:
         """Its bucket cannot be found: the attempt fails without a retry, saying why."""
         message = held.message
-        log.error("message %r of task %r cannot run: %s", message.id, message.task,
-                  outcome.describe(error))
         now = now_ms()
         try:
-            settlement = outcome.failed(held.delivery, message, held.spec, error, now, now,
-                                        self._policy, retry=False)
-            self._worker.settle(held, _not_retryable(settlement))
+            settlement = _not_retryable(outcome.failed(held.delivery, message, held.spec,
+                                                       error, now, now, self._policy,
+                                                       retry=False))
+            tasklog.failed(held, settlement, error, now, now, self._worker.name)
+            self._worker.settle(held, settlement)
         except Exception as exc:  # noqa: BLE001
             self._last_resort(held, exc, now)
 

@@ -167,6 +167,10 @@ class Worker:
         self.revocations = Revocations(self)  # before the parts that read its set
         self.executor = (Executor(self) if self.notifier is None
                          else ObservedExecutor(self, self.notifier))
+        if self.client.tracing is not None:  # OpenTelemetry: a span per attempt (spans.py)
+            from .spans import trace_attempts
+
+            trace_attempts(self, self.client.tracing)
         self.gate = RateGate(self)  # admission of rate-limited tasks (ratelimit.py)
         self.intake = Intake(self)
         self.leases = LeaseKeeper(self)

@@ -22,7 +22,7 @@ from ...engine.errors import BlitzqError
 from ...history import history_queues, writer_for
 from ...history.process import stop_at_stdin_eof
 from ...history.writer import BATCH
-from ..logs import LOG_LEVELS, configure_logging
+from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
 
 
 class Command(BaseCommand):
@@ -39,13 +39,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--log-level", choices=sorted(LOG_LEVELS), type=str.upper, default=None,
             help="level of the 'blitzq' logger (default: from --verbosity, INFO at 1)")
+        add_log_format_argument(parser)
         parser.add_argument(
             "--until-stdin-closes", action="store_true",
             help="stop at end of file on stdin, and ignore SIGINT (runworker's child "
                  "writer: it stops with its parent, which handles Ctrl-C)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"], options.get("log_level"))
+        configure_logging(options["verbosity"], options.get("log_level"),
+                          options.get("log_format"))
         try:
             settings = conf.get_settings()
         except ImproperlyConfigured as exc:

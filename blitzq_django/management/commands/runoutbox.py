@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import conf
 from ...outbox import relay_from_settings
-from ..logs import configure_logging
+from ..logs import add_log_format_argument, configure_logging
 
 
 class Command(BaseCommand):
@@ -27,6 +27,7 @@ class Command(BaseCommand):
             "SIGINT; --once publishes what is there and exits.")
 
     def add_arguments(self, parser: CommandParser) -> None:
+        add_log_format_argument(parser)
         parser.add_argument("--once", action="store_true",
                             help="publish every row there is, then exit")
         parser.add_argument("--database", action="append", dest="databases", default=None,
@@ -41,7 +42,7 @@ class Command(BaseCommand):
                                  "BLITZQ['OUTBOX_INTERVAL'])")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"])
+        configure_logging(options["verbosity"], log_format=options.get("log_format"))
         try:
             merged = conf.get_settings()
             conf.get_client()

@@ -18,7 +18,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ... import conf, periodic, reloading
 from ...engine import cli
 from ...engine.errors import BlitzqError
-from ..logs import LOG_LEVELS, configure_logging
+from .. import banner
+from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
 
 
 class Command(BaseCommand):
@@ -36,9 +37,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--log-level", choices=sorted(LOG_LEVELS), type=str.upper, default=None,
             help="level of the 'blitzq' logger (default: from --verbosity, INFO at 1)")
+        add_log_format_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"], options.get("log_level"))
+        configure_logging(options["verbosity"], options.get("log_level"),
+                          options.get("log_format"))
         try:
             client = conf.get_client()
         except ImproperlyConfigured as exc:
@@ -66,6 +69,7 @@ class Command(BaseCommand):
                 name=options.get("name"))
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
+        banner.scheduler(client, scheduler, conf.get_settings())
         changed = reloading.watch(scheduler.stop) if reload else None
         try:
             asyncio.run(scheduler.run(install_signal_handlers=True, close_broker=True))

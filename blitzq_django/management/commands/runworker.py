@@ -21,7 +21,8 @@ from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
 from ...signals import django_tasks_queues, worker_listeners
-from ..logs import LOG_LEVELS, configure_logging
+from .. import banner
+from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
 
 
 class Command(BaseCommand):
@@ -47,6 +48,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--log-level", choices=sorted(LOG_LEVELS), type=str.upper, default=None,
             help="level of the 'blitzq' logger (default: from --verbosity, INFO at 1)")
+        add_log_format_argument(parser)
         parser.add_argument(
             "--history", action=argparse.BooleanOptionalAction, default=True,
             help="run the task history writer beside the worker when BLITZQ['HISTORY'] is "
@@ -56,7 +58,8 @@ class Command(BaseCommand):
             help="also dispatch periodic tasks, as runscheduler does (docs/scheduling.md)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"], options.get("log_level"))
+        configure_logging(options["verbosity"], options.get("log_level"),
+                          options.get("log_format"))
         try:
             merged = conf.get_settings()
             client = conf.get_client()
@@ -104,6 +107,7 @@ class Command(BaseCommand):
         if not conf.registry:
             self.stderr.write("No tasks are registered: is there a tasks.py with "
                               "@blitzq_task in an installed app?")
+        banner.worker(client, config, merged, options)
         if options["processes"] > 1:
             self._supervise(options, merged, client, config)
             return
