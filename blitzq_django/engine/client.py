@@ -190,6 +190,8 @@ class Client:
 
     def _encode(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
                 call: CallOptions, message_id: str, shared: tuple[Any, ...]) -> Enqueue:
+        if kwargs or len(args) not in spec.arities:  # not the usual call: bound as calling
+            bind(spec, args, kwargs)                 # the function would (core/binding.py)
         queue, expires, priority, unique, policy, headers = shared
         created = now_ms()
         eta_ms = call.due_ms(created)
@@ -491,6 +493,18 @@ def _cursors(cursors: Iterable[str]) -> list[str]:
     if bad:
         raise ConfigurationError(f"not an event cursor: {bad[0]!r:.60}")
     return out
+
+
+def bind(spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Raise TypeError, naming the task, if ``spec``'s function could not be called with
+    these arguments (core/binding.py)."""
+    if spec.arguments is None:
+        return  # it takes anything
+    try:
+        spec.arguments.stub(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{exc} (task {spec.name!r}: its arguments are checked at "
+                        "enqueue)") from None
 
 
 def unique_key(task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
