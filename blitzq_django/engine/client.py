@@ -72,6 +72,7 @@ class Client:
         routes: Mapping[str, str] | None = None,
         rate_limits: RateLimits | None = None,
         schedules: ScheduleRegistry | None = None,
+        queue_check: Callable[[str], None] | None = None,
     ) -> None:
         limits.check("max_result_size", max_result_size)  # an int from 1 KiB to 512 MiB
         #: periodic schedules declared in code (@client.periodic; docs/scheduling.md)
@@ -91,6 +92,12 @@ class Client:
         #: task name glob -> queue, first match wins; see route()
         self.routes = check_routes(routes or {})
         self._routed: dict[str, str | None] = {}
+        #: Called with a queue the first time this client builds a message for it: it
+        #: raises (ConfigurationError) to refuse the queue, or warns, or returns (the
+        #: queue is then accepted for this client's life). None: every queue is accepted.
+        #: The Django glue refuses a queue no default worker serves (blitzq_django/queues.py).
+        self.queue_check = queue_check
+        self._checked_queues: set[str] = set()
 
     # -- defining tasks ------------------------------------------------------
 
@@ -155,6 +162,32 @@ class Client:
         return ({self.route(spec.name) or spec.queue for spec in self.registry}
                 | {self.default_queue})
 
+    def check_queue(self, queue: str) -> str:
+        """``queue``, once ``queue_check`` accepted it (it raises otherwise)."""
+        if queue not in self._checked_queues:
+            if self.queue_check is not None:
+                self.queue_check(queue)
+            self._checked_queues.add(queue)
+        return queue
+
+    def seen_queues(self) -> list[str]:
+        """Every queue a message was ever written to in this namespace, sorted (Redis keeps
+        the set: one call). A default ``runworker`` serves them all."""
+        return self.broker.seen_queues()
+
+    async def aseen_queues(self) -> list[str]:
+        return await self.broker.aseen_queues()
+
+    def forget_queue(self, queue: str) -> None:
+        """Take ``queue`` off the seen queues (a typo that was enqueued to, now purged).
+        Refused (QueueBusy) while it holds messages or dead letters."""
+        stats = self.queue_stats(check_name("queue", queue))
+        held = stats.ready + stats.in_flight + stats.scheduled + stats.dead_letters
+        if held:
+            raise QueueBusy(f"queue {queue!r} still holds {held} messages or dead letters: "
+                            "purge it first (blitzq purge --dead-letters)")
+        self.broker.forget_queue(queue)
+
     # -- enqueue -------------------------------------------------------------
 
     def build(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
@@ -182,7 +215,10 @@ class Client:
     def _shared(self, spec: TaskSpec, call: CallOptions) -> tuple[Any, ...]:
         """What every message of one call shares: queue, expiry, lane, uniqueness, retry
         policy, headers."""
-        return (call.queue or (self.route(spec.name) if self.routes else None) or spec.queue,
+        queue = call.queue or (self.route(spec.name) if self.routes else None) or spec.queue
+        if queue not in self._checked_queues:
+            self.check_queue(queue)
+        return (queue,
                 spec.expires if call.expires is None else call.expires,
                 spec.priority if call.priority is None else priority_lane(call.priority),
                 spec.unique if call.unique is None else call.unique,

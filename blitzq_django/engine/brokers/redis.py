@@ -65,6 +65,10 @@ EVENTS_MAXLEN = 100_000
 #: rescheduled between the read of its body and the cancel): never needed twice in practice.
 CANCEL_ROUNDS = 5
 LISTEN_POLL_S = 5.0  # a revocation listener wakes up at least this often
+#: A producer adds a queue to the seen queues (keys.seen_queues) the first time it writes
+#: to it, then again at its first write after this many seconds: a Redis that lost the
+#: set (FLUSHALL, a restart without persistence) has each queue in use back that soon.
+SEEN_REFRESH_S = 300.0
 
 
 _FINAL = tuple(sorted(FINAL_STATES))
@@ -120,6 +124,8 @@ class RedisBroker:
         self._options = redis_options or {}
         self._sync = SyncStore(sync_client, url) if sync_client is not None else None
         self._async: dict[asyncio.AbstractEventLoop, AsyncStore] = {}
+        #: queue -> monotonic time from which a write adds it to the seen queues again
+        self._seen: dict[str, float] = {}
 
     def mode_of(self, queue: str) -> str:
         """The delivery mode of ``queue``: "reliable" or "fast"."""
@@ -234,23 +240,96 @@ class RedisBroker:
         if not items:
             return []
         if len(items) == 1:
-            reply = self.sync.run(self._enqueue_op(items[0]))
-            return [reply[0][1] if type(reply) is list else items[0].message_id]
-        batch, plan = self._enqueue_plan(items)
-        replies = ([self.sync.run(batch[0])] if len(batch) == 1
-                   else self.sync.run_streamed(self._groups(batch, plan)))
+            item = items[0]
+            op = self._enqueue_op(item)
+            if self._seen.get(item.queue, 0.0) > time.monotonic():
+                reply = self.sync.run(op)
+            else:  # the queue's first write here: into the seen queues, same round trip
+                reply = self.sync.run_many([ops.add_seen_queues(self.keys, (item.queue,)),
+                                            op])[1]
+                self._saw((item.queue,))
+            return [reply[0][1] if type(reply) is list else item.message_id]
+        batch, groups, plan, unseen = self._with_seen(items)
+        if not unseen and len(batch) == 1:
+            replies = [self.sync.run(batch[0])]
+        else:
+            replies = self.sync.run_streamed(groups)[1 if unseen else 0:]
+        self._saw(unseen)
         return self._ids(items, plan, replies)
 
     async def aenqueue(self, items: Sequence[Enqueue]) -> list[str]:
         if not items:
             return []
         if len(items) == 1:
-            reply = await self.aio.run(self._enqueue_op(items[0]))
-            return [reply[0][1] if type(reply) is list else items[0].message_id]
-        batch, plan = self._enqueue_plan(items)
-        replies = ([await self.aio.run(batch[0])] if len(batch) == 1
-                   else await self.aio.run_streamed(self._groups(batch, plan)))
+            item = items[0]
+            op = self._enqueue_op(item)
+            if self._seen.get(item.queue, 0.0) > time.monotonic():
+                reply = await self.aio.run(op)
+            else:
+                reply = (await self.aio.run_many(
+                    [ops.add_seen_queues(self.keys, (item.queue,)), op]))[1]
+                self._saw((item.queue,))
+            return [reply[0][1] if type(reply) is list else item.message_id]
+        batch, groups, plan, unseen = self._with_seen(items)
+        if not unseen and len(batch) == 1:
+            replies = [await self.aio.run(batch[0])]
+        else:
+            replies = (await self.aio.run_streamed(groups))[1 if unseen else 0:]
+        self._saw(unseen)
         return self._ids(items, plan, replies)
+
+    # -- the seen queues (keys.seen_queues) ------------------------------------------
+
+    def _unseen(self, items: Sequence[Enqueue]) -> list[str]:
+        """The queues of ``items`` to add to the seen queues along with them: those not
+        added by this process yet, or not in the last SEEN_REFRESH_S."""
+        now, seen = time.monotonic(), self._seen
+        return [q for q in {i.queue for i in items} if seen.get(q, 0.0) <= now]
+
+    def _saw(self, queues: Sequence[str]) -> None:
+        again = time.monotonic() + SEEN_REFRESH_S
+        for queue in queues:
+            self._seen[queue] = again
+
+    def see_queues(self, queues: Sequence[str]) -> None:
+        """Add queues about to be written to the seen queues (a writer other than
+        enqueue: the scheduler); at most once per SEEN_REFRESH_S per queue."""
+        now = time.monotonic()
+        due = [q for q in queues if self._seen.get(q, 0.0) <= now]
+        if due:
+            self.sync.run(ops.add_seen_queues(self.keys, due))
+            self._saw(due)
+
+    async def asee_queues(self, queues: Sequence[str]) -> None:
+        now = time.monotonic()
+        due = [q for q in queues if self._seen.get(q, 0.0) <= now]
+        if due:
+            await self.aio.run(ops.add_seen_queues(self.keys, due))
+            self._saw(due)
+
+    def seen_queues(self) -> list[str]:
+        """Every queue a message was ever written to (unless Redis lost the set since:
+        each producer adds its queues again within SEEN_REFRESH_S), sorted."""
+        return self.sync.run(ops.seen_queues(self.keys))
+
+    async def aseen_queues(self) -> list[str]:
+        return await self.aio.run(ops.seen_queues(self.keys))
+
+    def forget_queue(self, queue: str) -> None:
+        """Remove ``queue`` from the seen queues (a producer writing to it adds it back)."""
+        self.sync.run(ops.forget_seen_queue(self.keys, queue))
+        self._seen.pop(queue, None)
+
+    def _with_seen(self, items: Sequence[Enqueue]) -> tuple[list[Op], list[list[Op]],
+                                                             list[list[int]], list[str]]:
+        """The ops writing ``items`` (several: with the write of any unseen queue to the
+        seen queues first, in the same round trip), grouped, the plan, the unseen."""
+        unseen = self._unseen(items)
+        batch, plan = self._enqueue_plan(items)
+        first = [ops.add_seen_queues(self.keys, unseen)] if unseen else []
+        groups = self._groups(batch, plan)
+        groups[0] = [*first, *groups[0]]
+        return batch, groups, plan, unseen
 
     # -- reading state -------------------------------------------------------
 
@@ -386,11 +465,17 @@ class RedisBroker:
         return await self.aio.run(ops.dead_letter_bodies(self.keys.queue(queue), ids))
 
     def replay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
-        return self.sync.run(self._dl_replay(queue, items)) if items else 0
+        if not items:
+            return 0
+        self.see_queues((queue,))
+        return self.sync.run(self._dl_replay(queue, items))
 
     async def areplay_dead_letters(self, queue: str,
                                    items: Sequence[tuple[str, str, bytes]]) -> int:
-        return await self.aio.run(self._dl_replay(queue, items)) if items else 0
+        if not items:
+            return 0
+        await self.asee_queues((queue,))
+        return await self.aio.run(self._dl_replay(queue, items))
 
     def remove_dead_letters(self, queue: str, ids: Sequence[str]) -> int:
         return self.sync.run(ops.remove_dead_letters(self.keys.queue(queue), ids)) if ids else 0
