@@ -34,6 +34,7 @@ from .engine.core.message import DEFAULT_MAX_MESSAGE_SIZE
 from .engine.core.names import name_ok
 from .engine.core.record import DEFAULT_MAX_RESULT_SIZE
 from .engine.core.redact import DEFAULT_REDACT
+from .engine.core.suggest import closest
 from .engine.errors import BlitzqError
 
 #: Every key of ``settings.BLITZQ``, with its default. Keys not listed are refused.
@@ -328,7 +329,7 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
     found: list[Problem] = []
     for key in user:
         if key not in DEFAULTS:
-            close = [k for k in DEFAULTS if k.replace("_", "") == str(key).upper().replace("_", "")]
+            close = closest(key, DEFAULTS)
             hint = f"Did you mean {close[0]!r}?" if close else (
                 "Known keys: " + ", ".join(sorted(DEFAULTS)) + ".")
             found.append(Problem("blitzq.E002", str(key), f"{_where(str(key))} is not a setting "

@@ -23,6 +23,7 @@ from .core.names import check_name
 from .core.rates import Rate, RateLimits, rate_limits_map
 from .core.record import DEFAULT_MAX_RESULT_SIZE, Record
 from .core.registry import Cancellation, Purged, QueueStats, WorkerInfo
+from .core.suggest import did_you_mean
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
 from .core.validate import (
     POLICY_OPTIONS,
@@ -727,8 +728,10 @@ class Task(Generic[P, R]):
         try:
             call = self._call.merged(**changes)
         except TypeError as exc:
-            raise TypeError(f"{self.spec.name}.options(): {exc}; accepted: "
-                            f"{', '.join(CallOptions.__dataclass_fields__)}") from None
+            unknown = min(set(changes) - set(CallOptions.__dataclass_fields__), default="")
+            raise TypeError(f"{self.spec.name}.options(): {exc}."
+                            f"{did_you_mean(unknown, CallOptions.__dataclass_fields__)} "
+                            f"Accepted: {', '.join(CallOptions.__dataclass_fields__)}") from None
         except ConfigurationError as exc:
             raise ConfigurationError(f"{self.spec.name}.options(): {exc}") from None
         return self._with_call(call)
