@@ -713,9 +713,16 @@ def build_client(merged: dict[str, Any]) -> Client:
                       default_queue=merged["DEFAULT_QUEUE"],
                       routes=merged["ROUTES"],
                       rate_limits=merged["RATE_LIMITS"],
-                      schedules=_schedules(merged))
+                      schedules=_schedules(merged),
+                      queue_check=_queue_check())
     except BlitzqError as exc:
         raise ImproperlyConfigured(f"settings.BLITZQ: {exc}") from exc
+
+
+def _queue_check() -> Callable[[str], None]:
+    from .queues import check_enqueue  # queues.py imports this module
+
+    return check_enqueue
 
 
 def _schedules(merged: dict[str, Any]) -> Any:

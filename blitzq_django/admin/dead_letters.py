@@ -106,7 +106,7 @@ class DeadLetterAdmin(PageAdmin):
         queue = filters.get("queue")
         if queue:
             return [queue] if name_ok(queue) else []
-        return known_queues()
+        return known_queues(client().seen_queues())
 
     # -- the list --------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class DeadLetterAdmin(PageAdmin):
         counts: dict[str, int] = {}
         queues: list[str] = []
         with engine_errors(request, "The dead letters could not be read"):
-            queues = known_queues()
+            queues = known_queues(client().seen_queues())
             dl = client().dead_letters
             wanted = (page + 1) * PER_PAGE + 1
             found = [dl.list(q, limit=wanted, **_engine_filters(filters))

@@ -318,4 +318,4 @@ def test_routes_and_queue_concurrency_reach_the_client_and_runworker(settings: A
     settings.BLITZQ = {"BROKER": "memory", "ROUTES": {"reports.*": "slow"},
                        "QUEUE_CONCURRENCY": {"slow": 2}}
     assert conf.get_client().route("reports.monthly") == "slow"
-    assert "slow" in Command._queues([], conf.get_settings())
+    assert "slow" in Command()._queues([], conf.get_settings(), conf.get_client())

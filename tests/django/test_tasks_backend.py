@@ -290,7 +290,8 @@ def test_checks(settings: Any, blitzq_redis: Any) -> None:
 def test_runworker_serves_the_backend_queues_and_listens(tasks_backend: Any) -> None:
     from blitzq_django.management.commands.runworker import Command
 
-    assert {"default", "emails"} <= set(Command._queues([], conf.get_settings()))
+    assert {"default", "emails"} <= set(Command()._queues([], conf.get_settings(),
+                                                          conf.get_client()))
     (listener,) = worker_listeners()  # task_started/task_finished need the worker's hook
     assert listener.django_tasks is True
 

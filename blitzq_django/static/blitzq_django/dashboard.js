@@ -99,9 +99,16 @@
       tr.appendChild(cell("td", fmt(q.enqueue_rate), "bq-enqueue-rate"));
       tr.appendChild(cell("td", fmt(q.completion_rate), "bq-completion-rate"));
       tr.appendChild(cell("td", span(q.oldest_ready_age_ms), "bq-oldest"));
+      // Messages wait and no live worker serves the queue: nothing will run them.
+      var served = cell("td", fmt(q.workers), "bq-workers");
+      if (q.unserved) {
+        served.appendChild(document.createTextNode(" "));
+        served.appendChild(cell("span", "no live worker", "bq-unserved"));
+      }
+      tr.appendChild(served);
       rows.appendChild(tr);
     });
-    if (!names.length) { rows.appendChild(emptyRow(8, "No queues.")); }
+    if (!names.length) { rows.appendChild(emptyRow(9, "No queues.")); }
     body.replaceChildren(rows);
   }
 
