@@ -663,6 +663,16 @@ def redis_location(merged: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return url, options
 
 
+def redis_source(merged: dict[str, Any]) -> str:
+    """Where the Redis location comes from: "cache" (CACHE_ALIAS), "setting"
+    (BLITZQ["REDIS_URL"]), "env" ($REDIS_URL) or "default" (redis://localhost:6379/0)."""
+    if merged["CACHE_ALIAS"]:
+        return "cache"
+    if merged["REDIS_URL"]:
+        return "setting"
+    return "env" if os.environ.get("REDIS_URL") else "default"
+
+
 def events_maxlen(merged: dict[str, Any]) -> int:
     """The brokers' events_maxlen: EVENTS_MAXLEN, or 0 (off) when EVENTS is False."""
     return merged["EVENTS_MAXLEN"] if merged["EVENTS"] else 0

@@ -20,6 +20,7 @@ from django.core.management import call_command
 from django.db import transaction
 from django.test import Client as DjangoClient
 
+from blitzq_django import conf
 from blitzq_django.engine import CallOptions, Client, RedisBroker
 from blitzq_django.engine.errors import ConfigurationError
 from testproject.shop import tasks
@@ -162,6 +163,11 @@ def test_every_listing_shows_a_queue_only_redis_has_seen_and_flags_it(
     assert 'blitzq_queue_unserved{queue="reports-elsewhere"} 1.0' in text
     assert 'blitzq_queue_workers{queue="reports-elsewhere"} 0.0' in text
 
+    from blitzq_django.checks import check_queues_served
+
+    (warning,) = check_queues_served()
+    assert warning.id == "blitzq.W009" and "'reports-elsewhere' holds 2 messages" in \
+        warning.msg
 
 
 def test_a_default_runworker_watch_reports_queues_written_after_it_started(
@@ -237,3 +243,54 @@ def test_runworker_queues_warns_about_a_name_nothing_uses(blitzq_redis: Client,
             "written to it: a typo?") in worker.stderr
     assert "'seen-elsewhere'" not in worker.stderr and "'default'" not in worker.stderr
     assert "succeeded 1" in worker.stdout
+
+
+# -- first run: tables, Redis ------------------------------------------------------------------
+
+
+COMMANDS = [("runworker", "--burst"), ("runscheduler",), ("runhistory",),
+            ("runoutbox", "--once")]
+
+
+def test_without_migrate_check_says_so_and_the_commands_refuse_to_start(
+        tmp_path: Path, redis_url: str, namespace: str) -> None:
+    env = sqlite_env({**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+                      "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+                      "BLITZQ_SQLITE": str(tmp_path / "never-migrated.sqlite3"),
+                      "PYTHONPATH": str(ROOT), "DJANGO_DEBUG": "0"})
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    check = subprocess.run([*manage, "check"], cwd=ROOT, env=env, text=True,
+                           capture_output=True, timeout=120)
+    said = check.stdout + check.stderr
+    assert "blitzq.W011" in said and "run manage.py migrate" in said
+    assert "blitzq_django_taskrecord" in said
+    for command in COMMANDS:
+        ran = subprocess.run([*manage, *command], cwd=ROOT, env=env, text=True,
+                             capture_output=True, timeout=120)
+        assert ran.returncode == 1, (command, ran.stderr)
+        assert f"{command[0]} cannot start: blitzq's tables are missing" in ran.stderr
+        assert "run manage.py migrate" in ran.stderr
+    env["BLITZQ_SQLITE"] = str(migrated_sqlite(tmp_path / "migrated.sqlite3"))
+    check = subprocess.run([*manage, "check"], cwd=ROOT, env=env, text=True,
+                           capture_output=True, timeout=120)
+    assert check.returncode == 0 and "blitzq.W011" not in check.stdout + check.stderr
+
+
+def test_check_says_when_the_default_redis_is_in_use(settings: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from blitzq_django.checks import check_namespace, check_redis_configured
+
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    settings.BLITZQ = {"QUEUES": ["default"]}
+    (info,) = check_redis_configured()
+    assert info.id == "blitzq.I001" and "redis://localhost:6379/0" in info.msg
+    (deploy,) = check_namespace()
+    assert deploy.id == "blitzq.W010"
+    assert "'blitzq'" in deploy.msg and "no Redis is configured" in deploy.msg
+    monkeypatch.setenv("REDIS_URL", "redis://elsewhere:6379/0")
+    conf.reset()
+    assert check_redis_configured() == []
+    (deploy,) = check_namespace()
+    assert "no Redis is configured" not in deploy.msg  # still the shared namespace
+    settings.BLITZQ = {"QUEUES": ["default"], "NAMESPACE": "shop"}
+    assert check_namespace() == []

@@ -19,6 +19,7 @@ from django.test import override_settings
 from blitzq_django import conf
 from blitzq_django.checks import check_runworker_command
 from testproject.shop import tasks
+from tests.support.migrated import migrated_sqlite, sqlite_env
 from tests.support.redis_server import RedisServer, free_port, redis_server_binary
 from tests.support.waiting import wait_until
 
@@ -46,9 +47,10 @@ def manage() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 @pytest.fixture
 def worker_env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
-            "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
-            "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT)}
+    return sqlite_env({**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+                       "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+                       "BLITZQ_SQLITE": str(migrated_sqlite(tmp_path / "db.sqlite3")),
+                       "PYTHONPATH": str(ROOT)})
 
 
 def test_burst_drains_the_queue_and_exits(blitzq_redis: Any, worker_env: dict[str, str],

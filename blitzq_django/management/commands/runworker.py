@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, periodic, queues, reloading
+from ... import conf, periodic, queues, reloading, schema
 from ...companions import Running
 from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
@@ -77,6 +77,7 @@ class Command(BaseCommand):
             if code:
                 sys.exit(code)
             return
+        schema.refuse_if_missing("runworker")  # not "no such table" at every write
         self.check(display_num_errors=False)
         try:
             # No ping first: a worker started before its Redis waits for it (logging each
