@@ -264,6 +264,9 @@ class DjangoRegistry(TaskRegistry):
         spec = self.find(name)
         return spec if spec is not None else super().get(name)
 
+    def add(self, spec: TaskSpec) -> TaskSpec:
+        return super().add(_without_context(spec))
+
     def _resolve(self, name: str) -> TaskSpec | None:
         from .signals import uses_django_tasks
 
@@ -280,6 +283,21 @@ class DjangoRegistry(TaskRegistry):
                 self._unresolved.clear()
             self._unresolved.add(name)
         return spec
+
+
+def _without_context(spec: TaskSpec) -> TaskSpec:
+    """A ``django.tasks`` task registered by the backend (a runner wrapping its function,
+    marked ``__blitzq_django_task__``) that ``takes_context``: its runner passes the
+    context first, so enqueue binds the arguments to the function's other parameters."""
+    bound = getattr(spec.func, "__blitzq_django_task__", None)
+    if bound is None or spec.signature is not None or not bound[0].takes_context:
+        return spec
+    try:
+        signature = inspect.signature(bound[0].func)
+    except (TypeError, ValueError):
+        return spec
+    return replace(spec, signature=signature.replace(
+        parameters=list(signature.parameters.values())[1:]))
 
 
 registry = DjangoRegistry()

@@ -102,6 +102,26 @@ def test_a_django_tasks_queue_any_name_allows_is_accepted_with_one_warning(
     assert first.status.name == "READY"
 
 
+def test_django_tasks_arguments_are_bound_at_enqueue(settings: Any,
+                                                     blitzq_redis: Client) -> None:
+    try:
+        from testproject.shop import dtasks
+    except ImportError:
+        pytest.skip("needs django.tasks: Django 6, or the django-tasks backport")
+    settings.TASKS = {"default": {"BACKEND": "blitzq_django.backend.BlitzQBackend"}}
+    with pytest.raises(TypeError, match=r"add\(\) missing 1 required positional argument: "
+                                        r"'b'.*task 'testproject.shop.dtasks.add'"):
+        dtasks.add.enqueue(1)
+    with pytest.raises(TypeError, match=r"add\(\) got an unexpected keyword argument 'c'"):
+        dtasks.add.enqueue(1, 2, c=3)
+    # takes_context: the context is the worker's to pass, the caller gives the rest.
+    dtasks.describe_attempt.enqueue("sub")
+    with pytest.raises(TypeError, match=r"describe_attempt\(\) takes 1 positional argument "
+                                        r"but 2 were given"):
+        dtasks.describe_attempt.enqueue("sub", "extra")
+    assert blitzq_redis.queue_stats().ready == 1
+
+
 # -- arguments bound at enqueue, on every Django path ---------------------------------------
 
 
