@@ -25,14 +25,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import conf
-from .engine.core.registry import unserved, workers_per_queue
 from .engine.core.suggest import closest
 from .engine.errors import BlitzqError, ConfigurationError
 
 log = logging.getLogger("blitzq.queues")
 
-__all__ = ["Watch", "check_enqueue", "named", "served_by_default", "shown", "unknown",
-           "unserved", "workers_per_queue"]
+__all__ = ["Watch", "check_enqueue", "named", "served_by_default", "shown", "unknown"]
 
 #: Seconds between two reads of the seen queues by a default runworker (Watch).
 WATCH_INTERVAL_S = 30.0
