@@ -46,9 +46,9 @@ def named(merged: dict[str, Any] | None = None) -> list[str]:
 
     merged = merged if merged is not None else conf.get_settings()
     routed = sorted(set(merged.get("ROUTES", {}).values()))
-    registered = sorted(declared_queues | {spec.queue for spec in conf.registry})
-    return list(dict.fromkeys([*merged["QUEUES"], merged["DEFAULT_QUEUE"], *registered,
-                               *routed, *django_tasks_queues(), *_periodic_queues(merged)]))
+    return list(dict.fromkeys([*merged["QUEUES"], merged["DEFAULT_QUEUE"],
+                               *sorted(declared_queues), *routed, *django_tasks_queues(),
+                               *_periodic_queues(merged)]))
 
 
 def served_by_default(client: Any = None, merged: dict[str, Any] | None = None
@@ -77,7 +77,7 @@ def check_enqueue(queue: str) -> None:
     any name let through. Called once per queue by each client."""
     merged = conf.get_settings()
     names = named(merged)
-    if queue in _fixed(merged, names):
+    if queue in _fixed(merged):
         return
     if queue in names:  # declared by a django.tasks backend for a .using() call only
         with _warned_lock:
@@ -100,7 +100,7 @@ def check_enqueue(queue: str) -> None:
         + f" If workers serve it (runworker --queues {queue}), add it to BLITZQ['QUEUES'].")
 
 
-def _fixed(merged: dict[str, Any], names: list[str]) -> set[str]:
+def _fixed(merged: dict[str, Any]) -> set[str]:
     """The queues the settings and the code name: all the named ones but those only a
     django.tasks ``.using(queue_name=...)`` declared."""
     from .signals import django_tasks_queues
@@ -110,14 +110,17 @@ def _fixed(merged: dict[str, Any], names: list[str]) -> set[str]:
 
 
 def _code_queues() -> set[str]:
-    """The queues of the registered tasks as their code declares them: a ``@blitzq_task``'s
-    queue, a ``django.tasks`` function's ``queue_name`` as decorated (the backend may have
+    """The queues the code of the registered tasks declares: a ``@blitzq_task(queue=)``,
+    a ``django.tasks`` function's ``queue_name`` as decorated (the backend may have
     registered it first for a ``.using()`` copy with another queue)."""
+    from .decorators import declared_queues
+
     found = set()
     for spec in conf.registry:
         bound = getattr(spec.func, "__blitzq_django_task__", None)  # backend.py's runner
         if bound is None:
-            found.add(spec.queue)
+            if spec.queue in declared_queues:  # not the default a task without queue= got
+                found.add(spec.queue)
             continue
         func = bound[0].func
         decorated = getattr(sys.modules.get(func.__module__), func.__name__, None)
