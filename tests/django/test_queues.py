@@ -79,6 +79,16 @@ def test_queues_the_project_names_are_accepted(settings: Any) -> None:
         assert tasks.noop.options(queue=queue).enqueue().queue == queue
 
 
+def test_a_task_without_a_queue_names_none_of_its_own(settings: Any) -> None:
+    from blitzq_django import queues
+
+    settings.BLITZQ = {"BROKER": "memory", "QUEUES": ["bench"], "DEFAULT_QUEUE": "bench"}
+    assert tasks.noop.enqueue().queue == "bench"
+    assert "default" not in queues.named()  # runworker serves, and lists, no "default"
+    with pytest.raises(ConfigurationError, match="queue 'default' is not served"):
+        tasks.noop.options(queue="default").enqueue()
+
+
 # -- django.tasks ----------------------------------------------------------------------------
 
 
