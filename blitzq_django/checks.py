@@ -45,6 +45,15 @@ blitzq.W007    THREADS x PROCESSES >= 100 with persistent database connections
                (CONN_MAX_AGE != 0, not SQLite): every task thread keeps one open
 blitzq.W008    HISTORY is on but EVENTS is off: history is fed by the events streams,
                so no task history is written
+blitzq.W009    (deploy) a queue holds messages waiting to run and no live worker
+               serves it
+blitzq.W010    (deploy) NAMESPACE is the default "blitzq", shared by every project
+               that does not set one (and no Redis is configured, if so)
+blitzq.W011    blitzq's tables are missing from a database that can be reached:
+               run manage.py migrate (runworker and the other commands refuse to
+               start)
+blitzq.I001    no Redis is configured (REDIS_URL, CACHE_ALIAS, $REDIS_URL): the
+               default redis://localhost:6379/0 is in use
 blitzq.E101    (django.tasks backend, blitzq_django/backend.py) TASKS[alias]
                ['OPTIONS'] has an unknown key or an invalid task option
 blitzq.E102    (django.tasks backend) TASKS[alias]['QUEUES'] holds an invalid name
@@ -52,9 +61,10 @@ blitzq.W101    (django.tasks backend) BLITZQ["STORE_RESULTS"] is False: results
                of django.tasks are never seen to finish
 =============  ==============================================================
 
-Default checks never touch the network; ``manage.py check --deploy`` pings Redis
-(over the connection the app uses: REDIS_URL or CACHE_ALIAS), reads its version and
-eviction policy, and reads the database's connection limit.
+Default checks never touch the network, but for W011, which lists the tables of each
+database blitzq's models use (when it can be reached); ``manage.py check --deploy``
+pings Redis (over the connection the app uses: REDIS_URL or CACHE_ALIAS), reads its
+version, eviction policy and queues, and reads the database's connection limit.
 """
 
 from __future__ import annotations
@@ -127,6 +137,39 @@ def check_history_needs_events(app_configs: Any = None,
         "history writer reads the events streams, so no task history is written.",
         hint="Set EVENTS to True, or HISTORY to 'off' to say you want none.",
         obj="settings.BLITZQ", id="blitzq.W008")]
+
+
+@checks.register(TAG)
+def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """blitzq.W011: a project that never ran migrate. A warning, not an error: migrate
+    itself runs the checks first."""
+    from . import schema
+
+    found = schema.missing_tables()
+    if not found:
+        return []
+    return [checks.Warning(
+        f"{schema.describe(found)}.",
+        hint="Run `manage.py migrate`: runworker, runscheduler, runhistory and runoutbox "
+             "refuse to start until then (task history, the outbox and database schedules "
+             "are written there).",
+        obj="blitzq_django", id="blitzq.W011")]
+
+
+@checks.register(TAG)
+def check_redis_configured(app_configs: Any = None,
+                           **kwargs: Any) -> list[checks.CheckMessage]:
+    """blitzq.I001: no Redis configured anywhere, so the default localhost is in use."""
+    if conf.problems():
+        return []
+    if conf.redis_source(conf.get_settings()) != "default":
+        return []
+    return [checks.Info(
+        f"No Redis is configured (BLITZQ['REDIS_URL'], BLITZQ['CACHE_ALIAS'] and the "
+        f"REDIS_URL environment variable are unset): blitzq uses {conf.DEFAULT_REDIS_URL}.",
+        hint="Set BLITZQ['REDIS_URL'] (or REDIS_URL in the environment) to say which Redis "
+             "to use, and BLITZQ['NAMESPACE'] if other projects share it.",
+        obj="settings.BLITZQ", id="blitzq.I001")]
 
 
 @checks.register(TAG)
@@ -216,6 +259,52 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
     if redis is None:
         return []
     return judge_redis(*read_redis_facts(redis))
+
+
+@checks.register(TAG, deploy=True)
+def check_queues_served(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """blitzq.W009: messages wait in a queue that no live worker serves (the queues
+    named, and every queue Redis has seen written to). Quiet when Redis cannot be
+    reached: E007 says so."""
+    if conf.problems() or conf.get_settings()["BROKER"] == "memory":
+        return []
+    from . import queues
+    from .engine.core.registry import unserved
+
+    try:
+        client = conf.get_client()
+        workers = client.workers()
+        stats = [client.queue_stats(q) for q in queues.shown(seen=client.seen_queues())]
+    except Exception:  # noqa: BLE001 - unreachable: check_redis_reachable reports it
+        return []
+    waiting = {s.queue: s.ready + s.scheduled for s in stats}
+    return [checks.Warning(
+        f"Queue {queue!r} holds {waiting[queue]} messages waiting to run and no live worker "
+        "serves it.",
+        hint=f"Start a worker that serves it (`manage.py runworker` serves every queue Redis "
+             f"has seen when it starts; or `runworker --queues {queue}`), or drop them with "
+             f"`manage.py blitzq purge {queue}`.",
+        obj=queue, id="blitzq.W009") for queue in unserved(stats, workers)]
+
+
+@checks.register(TAG, deploy=True)
+def check_namespace(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """blitzq.W010: the default namespace, shared by every project that sets none."""
+    if conf.problems() or "NAMESPACE" in conf.user_settings():
+        return []
+    merged = conf.get_settings()
+    if merged["BROKER"] == "memory":
+        return []
+    unconfigured = conf.redis_source(merged) == "default"
+    return [checks.Warning(
+        f"BLITZQ['NAMESPACE'] is the default {merged['NAMESPACE']!r}"
+        + (f", and no Redis is configured ({conf.DEFAULT_REDIS_URL} is in use)"
+           if unconfigured else "")
+        + ": every project that sets no NAMESPACE shares these keys, so two of them on one "
+        "Redis would take each other's messages.",
+        hint="Set BLITZQ['NAMESPACE'] to this project's name (and BLITZQ['REDIS_URL']); "
+             "if this Redis serves this project only, silence blitzq.W010.",
+        obj="settings.BLITZQ", id="blitzq.W010")]
 
 
 def read_redis_facts(redis: Any) -> tuple[dict[str, Any], str | None, str]:

@@ -34,6 +34,7 @@ from .engine.core.message import DEFAULT_MAX_MESSAGE_SIZE
 from .engine.core.names import name_ok
 from .engine.core.record import DEFAULT_MAX_RESULT_SIZE
 from .engine.core.redact import DEFAULT_REDACT
+from .engine.core.suggest import closest
 from .engine.errors import BlitzqError
 
 #: Every key of ``settings.BLITZQ``, with its default. Keys not listed are refused.
@@ -280,6 +281,9 @@ class DjangoRegistry(TaskRegistry):
         spec = self.find(name)
         return spec if spec is not None else super().get(name)
 
+    def add(self, spec: TaskSpec) -> TaskSpec:
+        return super().add(_without_context(spec))
+
     def _resolve(self, name: str) -> TaskSpec | None:
         from .signals import uses_django_tasks
 
@@ -296,6 +300,21 @@ class DjangoRegistry(TaskRegistry):
                 self._unresolved.clear()
             self._unresolved.add(name)
         return spec
+
+
+def _without_context(spec: TaskSpec) -> TaskSpec:
+    """A ``django.tasks`` task registered by the backend (a runner wrapping its function,
+    marked ``__blitzq_django_task__``) that ``takes_context``: its runner passes the
+    context first, so enqueue binds the arguments to the function's other parameters."""
+    bound = getattr(spec.func, "__blitzq_django_task__", None)
+    if bound is None or spec.signature is not None or not bound[0].takes_context:
+        return spec
+    try:
+        signature = inspect.signature(bound[0].func)
+    except (TypeError, ValueError):
+        return spec
+    return replace(spec, signature=signature.replace(
+        parameters=list(signature.parameters.values())[1:]))
 
 
 registry = DjangoRegistry()
@@ -345,7 +364,7 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
     found: list[Problem] = []
     for key in user:
         if key not in DEFAULTS:
-            close = [k for k in DEFAULTS if k.replace("_", "") == str(key).upper().replace("_", "")]
+            close = closest(key, DEFAULTS)
             hint = f"Did you mean {close[0]!r}?" if close else (
                 "Known keys: " + ", ".join(sorted(DEFAULTS)) + ".")
             found.append(Problem("blitzq.E002", str(key), f"{_where(str(key))} is not a setting "
@@ -702,6 +721,16 @@ def redis_location(merged: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return url, options
 
 
+def redis_source(merged: dict[str, Any]) -> str:
+    """Where the Redis location comes from: "cache" (CACHE_ALIAS), "setting"
+    (BLITZQ["REDIS_URL"]), "env" ($REDIS_URL) or "default" (redis://localhost:6379/0)."""
+    if merged["CACHE_ALIAS"]:
+        return "cache"
+    if merged["REDIS_URL"]:
+        return "setting"
+    return "env" if os.environ.get("REDIS_URL") else "default"
+
+
 def events_maxlen(merged: dict[str, Any]) -> int:
     """The brokers' events_maxlen: EVENTS_MAXLEN, or 0 (off) when EVENTS is False."""
     return merged["EVENTS_MAXLEN"] if merged["EVENTS"] else 0
@@ -761,9 +790,16 @@ def build_client(merged: dict[str, Any]) -> Client:
                       default_queue=merged["DEFAULT_QUEUE"],
                       routes=merged["ROUTES"],
                       rate_limits=merged["RATE_LIMITS"],
-                      schedules=_schedules(merged))
+                      schedules=_schedules(merged),
+                      queue_check=_queue_check())
     except BlitzqError as exc:
         raise ImproperlyConfigured(f"settings.BLITZQ: {exc}") from exc
+
+
+def _queue_check() -> Callable[[str], None]:
+    from .queues import check_enqueue  # queues.py imports this module
+
+    return check_enqueue
 
 
 def _schedules(merged: dict[str, Any]) -> Any:

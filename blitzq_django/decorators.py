@@ -28,6 +28,7 @@ from django.core.exceptions import ImproperlyConfigured
 from . import conf
 from .engine import CallOptions, Task, TaskHandle, TaskSpec
 from .engine.client import _calls
+from .engine.core.suggest import did_you_mean
 from .engine.core.task import DEFAULT_QUEUE
 from .engine.errors import ConfigurationError
 from .signals import asend_enqueued, send_enqueued, task_enqueued
@@ -161,8 +162,9 @@ def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> An
     """
     unknown = set(options) - TASK_OPTIONS
     if unknown:
-        raise TypeError(f"@blitzq_task got unknown option(s) {', '.join(sorted(unknown))}; "
-                        f"accepted: {', '.join(sorted(TASK_OPTIONS))}")
+        raise TypeError(f"@blitzq_task got unknown option(s) {', '.join(sorted(unknown))}."
+                        f"{did_you_mean(min(unknown), TASK_OPTIONS)} Accepted: "
+                        f"{', '.join(sorted(TASK_OPTIONS))}")
 
     def wrap(f: Callable[P, R]) -> BlitzqTask[P, R]:
         declared = options.get("queue") is not None

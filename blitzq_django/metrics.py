@@ -14,7 +14,7 @@ and the dashboard do: a staff account without it is refused.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import redis
@@ -22,8 +22,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
 from . import conf
+from . import queues as project_queues
 from .engine import metrics as engine_metrics
 from .engine.client import Client
+from .engine.core.registry import unserved, workers_per_queue
 from .engine.errors import BlitzqError
 
 #: What a scrape may meet when Redis cannot be read (as the admin pages: admin/common.py).
@@ -53,10 +55,10 @@ COUNTER_HELP = {
 }
 
 
-def queues(client: Client) -> list[str]:
-    """The queues shown: those of the settings, of the routes and of every task."""
-    names = set(conf.get_settings()["QUEUES"]) | client.known_queues()
-    return sorted(names)
+def queues(client: Client, extra: Iterable[str] = ()) -> list[str]:
+    """The queues shown: those the project names (blitzq_django/queues.py), every queue
+    Redis has seen written to, and ``extra`` (those live workers serve)."""
+    return sorted({*project_queues.shown(extra), *client.seen_queues()})
 
 
 #: The admin's permission to see the queues (the Queues page, the dashboard).
@@ -85,14 +87,19 @@ def _refused(request: HttpRequest) -> HttpResponse:
 
 def gather(client: Client) -> dict[str, Any]:
     """Every number of every queue, folded up to now, and the live workers."""
-    out: dict[str, Any] = {"queues": {}, "workers": len(client.workers())}
-    for queue in queues(client):
+    live = client.workers()
+    serving = workers_per_queue(live)
+    out: dict[str, Any] = {"queues": {}, "workers": len(live)}
+    for queue in queues(client, serving):
         folded = engine_metrics.collect(client, queue)
         stats = client.queue_stats(queue)
         out["queues"][queue] = {
             **folded.to_dict(),
             "gauges": {field: getattr(stats, field) for _, field, _ in GAUGES},
             "oldest_ready_age_ms": stats.oldest_ready_age_ms,
+            # live workers serving it; unserved: messages wait and none serves it
+            "workers": serving[queue],
+            "unserved": bool(unserved([stats], live)),
         }
         out["queues"][queue]["_folded"] = folded
     _history(client, out["queues"])
@@ -150,6 +157,15 @@ class Collector:
             yield gauge
         yield GaugeMetricFamily("blitzq_workers", "Live worker processes",
                                 value=self.numbers["workers"])
+        for name, key, text in (
+                ("blitzq_queue_workers", "workers", "Live workers serving the queue"),
+                ("blitzq_queue_unserved", "unserved",
+                 "1 when messages wait (ready or scheduled) and no live worker serves the "
+                 "queue")):
+            gauge = GaugeMetricFamily(name, text, labels=["queue"])
+            for queue, numbers in queues_.items():
+                gauge.add_metric([queue], int(numbers[key]))
+            yield gauge
         for name, attr, text in (
                 ("blitzq_task_duration_seconds", "duration", "Run time of attempts"),
                 ("blitzq_queue_latency_seconds", "latency",

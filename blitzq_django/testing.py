@@ -148,6 +148,7 @@ class TestBroker(MemoryBroker):
                 self.queues_used.add(item.queue)
         if not self.eager:
             return super().enqueue(items)
+        self.see_queues([item.queue for item in items])
         return [self._run_eagerly(item) for item in items]
 
     async def aenqueue(self, items: Sequence[Enqueue]) -> list[str]:

@@ -15,8 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from .. import conf, redaction
-from ..decorators import declared_queues
+from .. import conf, queues, redaction
 from ..engine import Client
 from ..engine.core.record import Record
 from ..engine.errors import BlitzqError
@@ -33,12 +32,9 @@ def client() -> Client:
 
 
 def known_queues(extra: Any = ()) -> list[str]:
-    """BLITZQ["QUEUES"], the queues tasks and routes send to, and any ``extra`` (the
-    queues live workers serve): sorted, the default queue first."""
-    c = client()
-    names = set(conf.get_settings()["QUEUES"]) | c.known_queues() | set(c.routes.values())
-    names |= declared_queues | set(extra)
-    return sorted(names, key=lambda q: (q != c.default_queue, q))
+    """The queues the project names (blitzq_django/queues.py) and any ``extra`` (the
+    queues live workers serve, those Redis has seen): sorted, the default queue first."""
+    return queues.shown(extra)
 
 
 @contextmanager

@@ -107,7 +107,7 @@ class DeadLetterAdmin(PageAdmin):
         queue = filters.get("queue")
         if queue:
             return [queue] if name_ok(queue) else []
-        return known_queues()
+        return known_queues(client().seen_queues())
 
     # -- the list --------------------------------------------------------------------
 
@@ -126,7 +126,7 @@ class DeadLetterAdmin(PageAdmin):
         queues: list[str] = []
         unavailable = True  # until Redis answered: no count is shown, not even 0
         with engine_errors(request, "The dead letters could not be read"):
-            queues = known_queues()
+            queues = known_queues(client().seen_queues())
             dl = client().dead_letters
             wanted = (page + 1) * PER_PAGE + 1
             found = [dl.list(q, limit=wanted, **_engine_filters(filters))

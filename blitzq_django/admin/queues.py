@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from ..engine.core.registry import unserved, workers_per_queue
 from ..models import QueueOverview
 from .common import PageAdmin, age, client, engine_errors, from_ms, known_queues
 from .pages import list_context
@@ -48,13 +49,17 @@ class QueueOverviewAdmin(PageAdmin):
                         "started": from_ms(w.started_ms), "uptime": age(w.started_ms),
                         "heartbeat": age(w.heartbeat_ms), "version": w.version}
                        for w in live]
-            for name in known_queues(q for w in live for q in w.queues):
+            # Every queue named, served or seen (Redis keeps the queues ever written to).
+            serving = workers_per_queue(live)
+            for name in known_queues([*serving, *client().seen_queues()]):
                 stats = client().queue_stats(name)
                 oldest = stats.oldest_ready_age_ms
                 queues.append({"name": name, "ready": stats.ready,
                                "in_flight": stats.in_flight, "scheduled": stats.scheduled,
                                "dead_letters": stats.dead_letters,
                                "consumers": stats.consumers,
+                               "workers": serving[name],
+                               "unserved": bool(unserved([stats], live)),
                                "oldest": "" if oldest is None else _span(oldest),
                                "dead_query": urlencode({"queue": name})})
             unavailable = False

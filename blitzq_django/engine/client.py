@@ -23,6 +23,7 @@ from .core.names import check_name
 from .core.rates import Rate, RateLimits, rate_limits_map
 from .core.record import DEFAULT_MAX_RESULT_SIZE, Record
 from .core.registry import Cancellation, Purged, QueueStats, WorkerInfo
+from .core.suggest import did_you_mean
 from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
 from .core.validate import (
     POLICY_OPTIONS,
@@ -73,6 +74,7 @@ class Client:
         routes: Mapping[str, str] | None = None,
         rate_limits: RateLimits | None = None,
         schedules: ScheduleRegistry | None = None,
+        queue_check: Callable[[str], None] | None = None,
     ) -> None:
         limits.check("max_result_size", max_result_size)  # an int from 1 KiB to 512 MiB
         #: periodic schedules declared in code (@client.periodic; docs/scheduling.md)
@@ -94,6 +96,12 @@ class Client:
         self._routed: dict[str, str | None] = {}
         #: OpenTelemetry spans (engine/tracing.py instrument()); None: off, at no cost
         self.tracing: Tracing | None = None
+        #: Called with a queue the first time this client builds a message for it: it
+        #: raises (ConfigurationError) to refuse the queue, or warns, or returns (the
+        #: queue is then accepted for this client's life). None: every queue is accepted.
+        #: The Django glue refuses a queue no default worker serves (blitzq_django/queues.py).
+        self.queue_check = queue_check
+        self._checked_queues: set[str] = set()
 
     # -- defining tasks ------------------------------------------------------
 
@@ -158,6 +166,32 @@ class Client:
         return ({self.route(spec.name) or spec.queue for spec in self.registry}
                 | {self.default_queue})
 
+    def check_queue(self, queue: str) -> str:
+        """``queue``, once ``queue_check`` accepted it (it raises otherwise)."""
+        if queue not in self._checked_queues:
+            if self.queue_check is not None:
+                self.queue_check(queue)
+            self._checked_queues.add(queue)
+        return queue
+
+    def seen_queues(self) -> list[str]:
+        """Every queue a message was ever written to in this namespace, sorted (Redis keeps
+        the set: one call). A default ``runworker`` serves them all."""
+        return self.broker.seen_queues()
+
+    async def aseen_queues(self) -> list[str]:
+        return await self.broker.aseen_queues()
+
+    def forget_queue(self, queue: str) -> None:
+        """Take ``queue`` off the seen queues (a typo that was enqueued to, now purged).
+        Refused (QueueBusy) while it holds messages or dead letters."""
+        stats = self.queue_stats(check_name("queue", queue))
+        held = stats.ready + stats.in_flight + stats.scheduled + stats.dead_letters
+        if held:
+            raise QueueBusy(f"queue {queue!r} still holds {held} messages or dead letters: "
+                            "purge it first (blitzq purge --dead-letters)")
+        self.broker.forget_queue(queue)
+
     # -- enqueue -------------------------------------------------------------
 
     def build(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
@@ -185,7 +219,10 @@ class Client:
     def _shared(self, spec: TaskSpec, call: CallOptions) -> tuple[Any, ...]:
         """What every message of one call shares: queue, expiry, lane, uniqueness, retry
         policy, headers."""
-        return (call.queue or (self.route(spec.name) if self.routes else None) or spec.queue,
+        queue = call.queue or (self.route(spec.name) if self.routes else None) or spec.queue
+        if queue not in self._checked_queues:
+            self.check_queue(queue)
+        return (queue,
                 spec.expires if call.expires is None else call.expires,
                 spec.priority if call.priority is None else priority_lane(call.priority),
                 spec.unique if call.unique is None else call.unique,
@@ -193,6 +230,8 @@ class Client:
 
     def _encode(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
                 call: CallOptions, message_id: str, shared: tuple[Any, ...]) -> Enqueue:
+        if kwargs or len(args) not in spec.arities:  # not the usual call: bound as calling
+            bind(spec, args, kwargs)                 # the function would (core/binding.py)
         queue, expires, priority, unique, policy, headers = shared
         if self.tracing is not None:  # the message's own span, its context in the headers
             headers = self.tracing.created(spec.name, queue, message_id, headers)
@@ -498,6 +537,18 @@ def _cursors(cursors: Iterable[str]) -> list[str]:
     return out
 
 
+def bind(spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Raise TypeError, naming the task, if ``spec``'s function could not be called with
+    these arguments (core/binding.py)."""
+    if spec.arguments is None:
+        return  # it takes anything
+    try:
+        spec.arguments.stub(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{exc} (task {spec.name!r}: its arguments are checked at "
+                        "enqueue)") from None
+
+
 def unique_key(task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
     """The key ``unique=True`` holds: the task and its arguments (keyword order aside)."""
     digest = hashlib.blake2b(pack([task, list(args), sorted(kwargs.items())]), digest_size=16)
@@ -682,8 +733,10 @@ class Task(Generic[P, R]):
         try:
             call = self._call.merged(**changes)
         except TypeError as exc:
-            raise TypeError(f"{self.spec.name}.options(): {exc}; accepted: "
-                            f"{', '.join(CallOptions.__dataclass_fields__)}") from None
+            unknown = min(set(changes) - set(CallOptions.__dataclass_fields__), default="")
+            raise TypeError(f"{self.spec.name}.options(): {exc}."
+                            f"{did_you_mean(unknown, CallOptions.__dataclass_fields__)} "
+                            f"Accepted: {', '.join(CallOptions.__dataclass_fields__)}") from None
         except ConfigurationError as exc:
             raise ConfigurationError(f"{self.spec.name}.options(): {exc}") from None
         return self._with_call(call)

@@ -32,6 +32,7 @@ from .client import Client
 from .core.deadletter import DeadLetter
 from .core.names import check_name
 from .core.redact import DEFAULT_REDACT
+from .core.registry import unserved, workers_per_queue
 from .core.validate import RULES, task_id_ok
 from .dead_letters import BATCH, DeadLetters
 from .errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
@@ -128,7 +129,10 @@ class Ops:
     redact: Sequence[str] = DEFAULT_REDACT
 
     def known_queues(self) -> list[str]:
-        names = {*self.queues, *self.client.registry.queues(), self.client.default_queue}
+        """The queues the entry point names, those of the tasks, and every queue a message
+        was ever written to (Redis keeps them: one call)."""
+        names = {*self.queues, *self.client.registry.queues(), self.client.default_queue,
+                 *self.client.seen_queues()}
         return sorted(names)
 
     def queue(self, name: str | None) -> str:
@@ -233,6 +237,11 @@ def add_commands(subparsers: Any,
     cancel.add_argument("id", metavar="ID")
     cancel.add_argument("--queue", "-Q", help="its queue (default: the default queue)")
 
+    forget = command(subparsers, "forget-queue", run_forget_queue,
+                     "take an empty queue off the queues Redis has seen (which a runworker "
+                     "without --queues serves): a queue a typo created, now purged")
+    forget.add_argument("queue", metavar="QUEUE")
+
     purge = command(subparsers, "purge", run_purge,
                     "drop a queue's ready and scheduled messages")
     purge.add_argument("queue", metavar="QUEUE")
@@ -310,13 +319,19 @@ def add_dead_letter_filters(parser: argparse.ArgumentParser,
 def run_stats(ops: Ops, args: argparse.Namespace) -> None:
     names = [ops.queue(q) for q in dict.fromkeys(args.queues)] or ops.known_queues()
     stats = [ops.client.queue_stats(name) for name in names]
+    workers = ops.client.workers()
+    serving = workers_per_queue(workers)  # live workers serving each queue
     if args.json:
-        ops.console.document({"queues": [dataclasses.asdict(s) for s in stats]})
+        ops.console.document({"queues": [{**dataclasses.asdict(s), "workers": serving[s.queue]}
+                                         for s in stats]})
         return
     rows = [[s.queue, s.ready, s.in_flight, s.scheduled, s.dead_letters, s.consumers,
-             age(s.oldest_ready_age_ms)] for s in stats]
+             serving[s.queue], age(s.oldest_ready_age_ms)] for s in stats]
     table(ops.console, ["QUEUE", "READY", "IN FLIGHT", "SCHEDULED", "DEAD", "CONSUMERS",
-                        "OLDEST READY"], rows)
+                        "WORKERS", "OLDEST READY"], rows)
+    for queue in unserved(stats, workers):
+        ops.console.note(f"queue {queue!r} has messages waiting and no live worker serves it "
+                         f"(runworker --queues {queue})")
 
 
 def run_workers(ops: Ops, args: argparse.Namespace) -> None:
@@ -420,6 +435,15 @@ def run_purge(ops: Ops, args: argparse.Namespace) -> None:
     if purged.in_flight:
         text += f"; {purged.in_flight} in flight left to the workers"
     ops.console.line(text)
+
+
+def run_forget_queue(ops: Ops, args: argparse.Namespace) -> None:
+    queue = check_name("queue", args.queue)
+    ops.client.forget_queue(queue)  # QueueBusy (exit 4) while it holds anything
+    if args.json:
+        ops.console.document({"forgotten": queue})
+        return
+    ops.console.line(f"forgot {queue!r}: a producer writing to it again records it again")
 
 
 def confirm(ops: Ops, question: str) -> None:

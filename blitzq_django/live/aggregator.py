@@ -47,6 +47,7 @@ from ..engine.core.events import (
     SUCCEEDED,
     Event,
 )
+from ..engine.core.registry import workers_per_queue
 
 log = logging.getLogger("blitzq.dashboard")
 
@@ -244,10 +245,14 @@ class Tally:
         return out
 
 
-def _stats_dict(stats: Any) -> dict[str, Any]:
+def _stats_dict(stats: Any, serving: Any) -> dict[str, Any]:
+    """A queue's stats, with ``workers``: the live workers serving it (``serving``, queue
+    -> count), and ``unserved``: messages wait and none serves it."""
+    workers = serving[stats.queue]
     return {"ready": stats.ready, "in_flight": stats.in_flight, "scheduled": stats.scheduled,
             "dead_letters": stats.dead_letters, "consumers": stats.consumers,
-            "oldest_ready_age_ms": stats.oldest_ready_age_ms}
+            "oldest_ready_age_ms": stats.oldest_ready_age_ms, "workers": workers,
+            "unserved": bool((stats.ready or stats.scheduled) and not workers)}
 
 
 def _backfill_cursor(now: int) -> str:
@@ -340,9 +345,11 @@ class Aggregator:
     async def read_stats(self) -> None:
         client = self.client
         workers = await client.aworkers()
-        names = list(self._queues(q for w in workers for q in w.queues))
+        serving = workers_per_queue(workers)
+        # Every queue named, served or seen (Redis keeps the queues ever written to).
+        names = list(self._queues([*serving, *await client.aseen_queues()]))
         stats = await asyncio.gather(*(client.aqueue_stats(name) for name in names))
-        self.tally.set_stats({s.queue: _stats_dict(s) for s in stats})
+        self.tally.set_stats({s.queue: _stats_dict(s, serving) for s in stats})
         self.tally.set_workers(workers, now_ms())
         for name in names:
             self.cursors.setdefault(name, "")
@@ -391,8 +398,9 @@ class Poller:
             if self._snapshot is not None and time.monotonic() - self._last < self.min_interval:
                 return self._snapshot
             workers = client.workers()
-            names = list(queues(q for w in workers for q in w.queues))
-            self.tally.set_stats({name: _stats_dict(client.queue_stats(name))
+            serving = workers_per_queue(workers)
+            names = list(queues([*serving, *client.seen_queues()]))
+            self.tally.set_stats({name: _stats_dict(client.queue_stats(name), serving)
                                   for name in names})
             self.tally.set_workers(workers, now_ms())
             for name in names:

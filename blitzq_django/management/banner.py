@@ -18,14 +18,13 @@ def redis_source(merged: dict[str, Any]) -> str:
     if conf.broker_override is not None or merged["BROKER"] == "memory":
         return "BLITZQ['BROKER'] 'memory'" if merged["BROKER"] == "memory" else \
             "a test broker (blitzq_django.testing)"
-    if merged["CACHE_ALIAS"]:
+    source = conf.redis_source(merged)  # the one classification (checks use it too)
+    if source == "cache":
         return f"settings.CACHES[{merged['CACHE_ALIAS']!r}] (BLITZQ['CACHE_ALIAS'])"
-    url = merged["REDIS_URL"]
-    if callable(url):
-        return "BLITZQ['REDIS_URL'] (a callable)"
-    if url:
-        return "BLITZQ['REDIS_URL']"
-    if os.environ.get("REDIS_URL"):
+    if source == "setting":
+        return ("BLITZQ['REDIS_URL'] (a callable)" if callable(merged["REDIS_URL"])
+                else "BLITZQ['REDIS_URL']")
+    if source == "env":
         return "the REDIS_URL environment variable"
     return (f"the default {conf.DEFAULT_REDIS_URL}: neither BLITZQ['REDIS_URL'] nor the "
             "REDIS_URL environment variable is set")

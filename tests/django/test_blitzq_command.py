@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 
 from blitzq_django.engine import Client
 from testproject.shop import tasks
+from tests.support.migrated import migrated_sqlite, sqlite_env
 from tests.support.waiting import wait_until
 
 from .conftest import running_worker
@@ -139,9 +140,10 @@ def test_events(blitzq_redis: Client) -> None:
 
 @pytest.fixture
 def project_env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
-            "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
-            "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT)}
+    return sqlite_env({**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+                       "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+                       "BLITZQ_SQLITE": str(migrated_sqlite(tmp_path / "db.sqlite3")),
+                       "PYTHONPATH": str(ROOT)})
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -71,8 +71,10 @@ def test_tasks_without_a_queue_use_default_queue_at_enqueue_time(settings: Any) 
 def test_options_keep_the_django_helpers() -> None:
     task = tasks.noop.options(delay=5)
     assert isinstance(task, BlitzqTask) and hasattr(task, "enqueue_on_commit")
-    with pytest.raises(TypeError, match="accepted"):
+    with pytest.raises(TypeError, match="Accepted: queue, task_id"):
         tasks.noop.options(colour="red")
+    with pytest.raises(TypeError, match="Did you mean 'delay'"):
+        tasks.noop.options(dealy=5)
 
 
 def test_enqueue_many_and_aenqueue(blitzq_memory: Any) -> None:

@@ -55,9 +55,10 @@ def deliveries(reference: str) -> int:
 
 
 def test_a_second_message_of_the_same_idempotency_key_does_not_run_the_body(
-        blitzq_client: Any) -> None:
+        blitzq_client: Any, settings: Any) -> None:
     # Two messages holding one idempotency key (on two queues, so Redis keeps both):
     # the effect row keyed by it lets the body run once; the second returns its result.
+    settings.BLITZQ = {**settings.BLITZQ, "QUEUES": ["default", "other"]}
     first = tasks.record_delivery.options(idempotency_key="order-7").enqueue("d-1")
     second = tasks.record_delivery.options(idempotency_key="order-7",
                                            queue="other").enqueue("d-1")

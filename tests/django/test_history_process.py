@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from blitzq_django import conf, history
+from blitzq_django.engine import CallOptions, Client, RedisBroker
 from blitzq_django.history.process import NICENESS
 from testproject.shop import tasks
 from tests.support.waiting import wait_until
@@ -204,8 +205,13 @@ def test_supervised_children_do_not_reload_under_debug(blitzq_redis: Any,
 
 def test_the_writer_covers_the_queues_runworker_serves(blitzq_redis: Any, env: dict[str, str],
                                                        runworker: Any) -> None:
-    # --queues names a queue the settings do not: its history is written all the same.
-    ids = [h.id for h in tasks.noop.options(queue="elsewhere").enqueue_many(
-        [() for _ in range(20)])]
+    # --queues names a queue the settings do not (a producer whose settings name it sent
+    # these): its history is written all the same.
+    producer = Client(RedisBroker(blitzq_redis.broker.url,
+                                  namespace=blitzq_redis.broker.keys.namespace,
+                                  event_details=True))
+    ids = [h.id for h in producer.enqueue_many(tasks.noop.spec, [((), {})] * 20,
+                                               CallOptions(queue="elsewhere"))]
+    producer.broker.close()
     runworker("--queues", "default,elsewhere")
     wait_until(lambda: _all_written(env, ids), 60, 0.1, "the rows of the other queue")

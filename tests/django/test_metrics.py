@@ -18,6 +18,7 @@ from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
 from blitzq_django.engine import metrics as engine_metrics
 from testproject.shop.tasks import noop, validate_card
+from tests.support.migrated import migrated_sqlite, sqlite_env
 from tests.support.waiting import wait_until
 
 from .conftest import running_worker
@@ -112,9 +113,10 @@ def test_counters_with_worker_processes(blitzq: Client, tmp_path: Any, redis_url
     handles = noop.enqueue_many([() for _ in range(200)])
     assert value(samples(scrape().content.decode()), "blitzq_tasks_enqueued_total",
                  queue="default") == 200
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
-           "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
-           "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(root)}
+    env = sqlite_env({**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+                      "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+                      "BLITZQ_SQLITE": str(migrated_sqlite(tmp_path / "db.sqlite3")),
+                      "PYTHONPATH": str(root)})
     done = subprocess.run(
         [sys.executable, str(root / "manage.py"), "runworker", "--burst", "--processes", "2",
          "--max-tasks-per-child", "40", "--queues", "default", "--concurrency", "10"],

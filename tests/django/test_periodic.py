@@ -26,6 +26,7 @@ from blitzq_django.engine.core.schedules import Cron, Every, occurrence_id
 from blitzq_django.engine.scheduler import Scheduler
 from blitzq_django.periodic import periodic
 from testproject.shop import tasks
+from tests.support.migrated import migrated_sqlite, sqlite_env
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,9 +214,10 @@ async def _dispatch(scheduler: Scheduler, now_ms: int) -> None:
 
 @pytest.fixture
 def command_env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
-            "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
-            "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT)}
+    return sqlite_env({**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+                       "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+                       "BLITZQ_SQLITE": str(migrated_sqlite(tmp_path / "db.sqlite3")),
+                       "PYTHONPATH": str(ROOT)})
 
 
 def _start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:

@@ -16,8 +16,10 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import CommandError
 from django.test import override_settings
 
+from blitzq_django import conf
 from blitzq_django.checks import check_runworker_command
 from testproject.shop import tasks
+from tests.support.migrated import migrated_sqlite, sqlite_env
 from tests.support.redis_server import RedisServer, free_port, redis_server_binary
 from tests.support.waiting import wait_until
 
@@ -45,9 +47,10 @@ def manage() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 @pytest.fixture
 def worker_env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
-            "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
-            "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT)}
+    return sqlite_env({**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
+                       "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+                       "BLITZQ_SQLITE": str(migrated_sqlite(tmp_path / "db.sqlite3")),
+                       "PYTHONPATH": str(ROOT)})
 
 
 def test_burst_drains_the_queue_and_exits(blitzq_redis: Any, worker_env: dict[str, str],
@@ -165,9 +168,11 @@ def test_default_queues_are_settings_queues_plus_declared_ones(settings: Any) ->
     @blitzq_task(queue="reports")
     def build_report() -> None: ...
 
-    queues = Command._queues([], {"QUEUES": ["default", "low"]})
+    command = Command()
+    queues = command._queues([], conf.get_settings(), conf.get_client())
     assert queues[:2] == ("default", "low") and "reports" in queues
-    assert Command._queues(["a,b", "c"], {}) == ("a", "b", "c")
+    assert command._queues(["a,b", "c"], conf.get_settings(),
+                           conf.get_client()) == ("a", "b", "c")
     warnings = [w for w in check_task_queues() if w.obj == build_report.name]
     assert [w.id for w in warnings] == ["blitzq.W002"]
 

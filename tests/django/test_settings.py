@@ -112,6 +112,19 @@ def test_unknown_key_suggests_the_close_one() -> None:
     assert "Did you mean 'REDIS_URL'?" in problem.hint
 
 
+@pytest.mark.parametrize(("typo", "meant"), [
+    ("CONCURENCY", "CONCURRENCY"), ("VISIBILTY_TIMEOUT", "VISIBILITY_TIMEOUT"),
+    ("RESULTS_TTL", "RESULT_TTL"), ("QUEUE", "QUEUES"), ("namespac", "NAMESPACE")])
+def test_a_misspelt_key_gets_the_closest_key_only(typo: str, meant: str) -> None:
+    (problem,) = conf.problems({typo: 1})
+    assert problem.hint == f"Did you mean {meant!r}?"  # not the list of every key
+
+
+def test_a_key_like_no_other_gets_the_list() -> None:
+    (problem,) = conf.problems({"XYZZY": 1})
+    assert problem.hint.startswith("Known keys: BROKER, CACHE_ALIAS, ")
+
+
 def test_cache_alias_must_be_a_redis_cache() -> None:
     caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     assert ids({"CACHE_ALIAS": "default"}, caches=caches) == ["blitzq.E006"]
@@ -305,4 +318,4 @@ def test_routes_and_queue_concurrency_reach_the_client_and_runworker(settings: A
     settings.BLITZQ = {"BROKER": "memory", "ROUTES": {"reports.*": "slow"},
                        "QUEUE_CONCURRENCY": {"slow": 2}}
     assert conf.get_client().route("reports.monthly") == "slow"
-    assert "slow" in Command._queues([], conf.get_settings())
+    assert "slow" in Command()._queues([], conf.get_settings(), conf.get_client())

@@ -44,6 +44,7 @@ from blitzq_django.decorators import declared_queues  # noqa: E402
 from blitzq_django.engine.client import TaskCancelled  # noqa: E402
 from blitzq_django.signals import worker_listeners  # noqa: E402
 from testproject.shop import dtasks  # noqa: E402
+from tests.support.migrated import migrated_sqlite, sqlite_env
 from tests.support.waiting import wait_until  # noqa: E402
 
 try:  # the logger of Django's own task_finished receiver (log_task_finished)
@@ -298,7 +299,8 @@ def test_checks(settings: Any, blitzq_redis: Any) -> None:
 def test_runworker_serves_the_backend_queues_and_listens(tasks_backend: Any) -> None:
     from blitzq_django.management.commands.runworker import Command
 
-    assert {"default", "emails"} <= set(Command._queues([], conf.get_settings()))
+    assert {"default", "emails"} <= set(Command()._queues([], conf.get_settings(),
+                                                          conf.get_client()))
     (listener,) = worker_listeners()  # task_started/task_finished need the worker's hook
     assert listener.django_tasks is True
 
@@ -322,9 +324,10 @@ def test_runworker_imports_their_module_and_runs_them(tasks_backend: Any, tmp_pa
     results = [dtasks.add.enqueue(20, 22), dtasks.multiply.enqueue(3, 3),
                dtasks.describe_attempt.enqueue("sub")]
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.django.tasks_settings",
-           "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
-           "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(root)}
+    env = sqlite_env({**os.environ, "DJANGO_SETTINGS_MODULE": "tests.django.tasks_settings",
+                      "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+                      "BLITZQ_SQLITE": str(migrated_sqlite(tmp_path / "db.sqlite3")),
+                      "PYTHONPATH": str(root)})
     proc = subprocess.run([sys.executable, str(root / "manage.py"), "runworker", "--burst",
                            "--queues", "default"], cwd=root, env=env, capture_output=True,
                           text=True, timeout=90)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
+from blitzq_django import conf
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import MessageEncodeError
 from blitzq_django.models import OutboxMessage
@@ -110,14 +111,16 @@ def test_a_key_taken_before_the_commit_resolves_at_the_commit(blitzq_client: Any
         handle.result(timeout=10)
 
 
-def test_every_option_is_kept(blitzq_memory: Any) -> None:
+def test_every_option_is_kept(blitzq_memory: Any, settings: Any) -> None:
+    settings.BLITZQ = {**settings.BLITZQ, "QUEUES": ["default", "other"]}
+    client = conf.get_client()  # of the settings above
     with transaction.atomic():
         delayed = tasks.noop.options(delay=60, priority="low", headers={"h": 1},
                                      using="default").enqueue_on_commit()
-    assert blitzq_memory.broker.scheduled_due_ms("default", delayed.id) is not None
+    assert client.broker.scheduled_due_ms("default", delayed.id) is not None
     with transaction.atomic():
         urgent = tasks.noop.options(priority="high", queue="other").enqueue_on_commit()
-    assert urgent.queue == "other" and ready(blitzq_memory, "other") == 1
+    assert urgent.queue == "other" and ready(client, "other") == 1
 
 
 def test_keywords_named_like_options_go_to_the_task(blitzq_memory: Any) -> None:

@@ -139,7 +139,9 @@ def test_stats_counts_every_known_queue(client: Client) -> None:
     assert (queues["default"]["ready"], queues["default"]["scheduled"]) == (3, 0)
     assert (queues["jobs"]["ready"], queues["jobs"]["scheduled"]) == (0, 1)
     assert set(queues["default"]) == {"queue", "ready", "in_flight", "scheduled",
-                                      "dead_letters", "consumers", "oldest_ready_age_ms"}
+                                      "dead_letters", "consumers", "oldest_ready_age_ms",
+                                      "workers"}
+    assert queues["default"]["workers"] == 0  # live workers serving it
 
     only = run(client, "stats", "jobs", "--json").json()["queues"]
     assert [q["queue"] for q in only] == ["jobs"]

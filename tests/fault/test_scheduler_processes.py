@@ -25,6 +25,7 @@ from blitzq_django.engine import Client, RedisBroker
 from blitzq_django.engine.core.message import decode
 from blitzq_django.engine.core.schedules import occurrence_id
 
+from ..support.migrated import migrated_sqlite, sqlite_env
 from ..support.redis_server import RedisServer
 from ..support.waiting import wait_until
 from .harness import ROOT, Scenario
@@ -62,8 +63,11 @@ class SchedulerProcess:
         if django:
             command = [sys.executable, str(ROOT / "manage.py"), "runscheduler", "--no-reload",
                        "--no-promote", "--name", f"s{n}"]
-            env.update(DJANGO_SETTINGS_MODULE="tests.fault.scheduler_settings",
-                       BLITZQ_SQLITE=str(scenario.tmp / "db.sqlite3"), PYTHONPATH=str(ROOT))
+            db = scenario.tmp / "db.sqlite3"  # migrated: runscheduler needs blitzq's tables
+            if not db.exists():
+                migrated_sqlite(db)
+            env = sqlite_env({**env, "DJANGO_SETTINGS_MODULE": "tests.fault.scheduler_settings",
+                              "BLITZQ_SQLITE": str(db), "PYTHONPATH": str(ROOT)})
         else:
             command = [sys.executable, "-m", "blitzq_django.engine", "scheduler", APP,
                        "--no-promote", "--name", f"s{n}"]

@@ -151,6 +151,7 @@ class MemoryBroker:
         self._waiters: dict[asyncio.AbstractEventLoop, asyncio.Condition] = {}
         self._workers: dict[str, tuple[int, bytes]] = {}  # name -> (expires ms, info)
         self._readers: dict[str, set[str]] = {}  # queue -> consumers that read it
+        self._seen: set[str] = set()  # every queue a message was written to
 
     def mode_of(self, queue: str) -> str:
         """The delivery mode of ``queue``: "reliable" or "fast"."""
@@ -192,6 +193,7 @@ class MemoryBroker:
         with self._lock:
             for item in items:
                 q = self._queue(item.queue)
+                self._seen.add(item.queue)
                 if item.idempotency_key or item.unique_key:
                     held = self._unique.get((item.queue, item.idempotency_key or ""))
                     if not (held and held[0] > now) and item.unique_key:
@@ -222,6 +224,26 @@ class MemoryBroker:
 
     async def aenqueue(self, items: Sequence[Enqueue]) -> list[str]:
         return self.enqueue(items)
+
+    # -- the seen queues (as RedisBroker's) ----------------------------------------------
+
+    def see_queues(self, queues: Sequence[str]) -> None:
+        with self._lock:
+            self._seen.update(queues)
+
+    async def asee_queues(self, queues: Sequence[str]) -> None:
+        self.see_queues(queues)
+
+    def seen_queues(self) -> list[str]:
+        with self._lock:
+            return sorted(self._seen)
+
+    async def aseen_queues(self) -> list[str]:
+        return self.seen_queues()
+
+    def forget_queue(self, queue: str) -> None:
+        with self._lock:
+            self._seen.discard(queue)
 
     def _entry_id(self) -> str:
         # Shaped like a stream id (ms-sequence), so a ready entry's age reads off its id.
@@ -352,6 +374,7 @@ class MemoryBroker:
         done = 0
         with self._lock:
             q = self._queue(queue)
+            self._seen.add(queue)
             for dead_id, new_id, payload in items:
                 if q.dead.pop(dead_id, None) is not None:
                     self._records.pop((queue, new_id), None)

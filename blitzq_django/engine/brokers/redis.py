@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis.asyncio
@@ -65,6 +65,10 @@ EVENTS_MAXLEN = 100_000
 #: rescheduled between the read of its body and the cancel): never needed twice in practice.
 CANCEL_ROUNDS = 5
 LISTEN_POLL_S = 5.0  # a revocation listener wakes up at least this often
+#: A producer adds a queue to the seen queues (keys.seen_queues) the first time it writes
+#: to it, then again at its first write after this many seconds: a Redis that lost the
+#: set (FLUSHALL, a restart without persistence) has each queue in use back that soon.
+SEEN_REFRESH_S = 300.0
 
 
 _FINAL = tuple(sorted(FINAL_STATES))
@@ -120,6 +124,11 @@ class RedisBroker:
         self._options = redis_options or {}
         self._sync = SyncStore(sync_client, url) if sync_client is not None else None
         self._async: dict[asyncio.AbstractEventLoop, AsyncStore] = {}
+        #: queues added to the seen queues since ``_seen_until`` (ms) was set; from then on
+        #: a write adds its queue again (every queue in use comes back within
+        #: SEEN_REFRESH_S of a Redis that lost the set)
+        self._seen: set[str] = set()
+        self._seen_until = 0
 
     def mode_of(self, queue: str) -> str:
         """The delivery mode of ``queue``: "reliable" or "fast"."""
@@ -154,28 +163,31 @@ class RedisBroker:
 
     # -- producing -----------------------------------------------------------
 
-    def _enqueue_op(self, item: Enqueue) -> Op:
+    def _enqueue_op(self, item: Enqueue, now_ms: int = 0) -> Op:
+        """The op writing one message; ``now_ms`` (0: read the clock) times its event."""
         keys = self.keys.queue(item.queue, item.priority)
         if not (item.due_ms or item.record or item.idempotency_key or item.unique_key):
             mode = self.storage_mode(item.queue)
             if self.events_maxlen:  # the message and its event: one step
                 return ops.enqueue_plain(keys, ((item.payload, item.message_id, item.task),),
-                                         events_maxlen=self.events_maxlen, now_ms=_now_ms(),
-                                         mode=mode, details=self.event_details)
+                                         events_maxlen=self.events_maxlen,
+                                         now_ms=now_ms or _now_ms(), mode=mode,
+                                         details=self.event_details)
             if mode == "s":
                 return ops.xadd(keys, item.payload)
             return ops.lpush(keys, item.payload)
-        return self._script_op(keys, (item,))
+        return self._script_op(keys, (item,), now_ms)
 
-    def _script_op(self, keys: QueueKeys, items: Sequence[Enqueue]) -> Op:
+    def _script_op(self, keys: QueueKeys, items: Sequence[Enqueue], now_ms: int = 0) -> Op:
         """One script call writing ``items`` (of the lane ``keys``), each with its event:
         enqueue_plain.lua when none has a delay, key, record or unique key."""
         mode = self.storage_mode(items[0].queue)
         if self.events_maxlen and not any(i.due_ms or i.record or i.idempotency_key
                                            or i.unique_key for i in items):
             return ops.enqueue_plain(keys, [(i.payload, i.message_id, i.task) for i in items],
-                                     events_maxlen=self.events_maxlen, now_ms=_now_ms(),
-                                     mode=mode, details=self.event_details)
+                                     events_maxlen=self.events_maxlen,
+                                     now_ms=now_ms or _now_ms(), mode=mode,
+                                     details=self.event_details)
         return ops.enqueue(
             keys,
             [(i.payload, i.message_id, i.due_ms, i.record, i.idempotency_key, i.unique_key,
@@ -183,7 +195,7 @@ class RedisBroker:
             record_ttl=self.record_ttl,
             idempotency_ttl=self.idempotency_ttl,
             events_maxlen=self.events_maxlen,
-            now_ms=_now_ms() if self.events_maxlen else 0,
+            now_ms=(now_ms or _now_ms()) if self.events_maxlen else 0,
             mode=mode,
             details=self.event_details,
         )
@@ -234,23 +246,99 @@ class RedisBroker:
         if not items:
             return []
         if len(items) == 1:
-            reply = self.sync.run(self._enqueue_op(items[0]))
-            return [reply[0][1] if type(reply) is list else items[0].message_id]
-        batch, plan = self._enqueue_plan(items)
-        replies = ([self.sync.run(batch[0])] if len(batch) == 1
-                   else self.sync.run_streamed(self._groups(batch, plan)))
+            item = items[0]
+            now = _now_ms()  # one read of the clock: the event's time, and the seen queues'
+            op = self._enqueue_op(item, now)
+            if now < self._seen_until and item.queue in self._seen:
+                reply = self.sync.run(op)
+            else:  # the queue's first write here: into the seen queues, same round trip
+                reply = self.sync.run_many([ops.add_seen_queues(self.keys, (item.queue,)),
+                                            op])[1]
+                self._saw((item.queue,), now)
+            return [reply[0][1] if type(reply) is list else item.message_id]
+        batch, groups, plan, unseen = self._with_seen(items)
+        if not unseen and len(batch) == 1:
+            replies = [self.sync.run(batch[0])]
+        else:
+            replies = self.sync.run_streamed(groups)[1 if unseen else 0:]
+        self._saw(unseen)
         return self._ids(items, plan, replies)
 
     async def aenqueue(self, items: Sequence[Enqueue]) -> list[str]:
         if not items:
             return []
         if len(items) == 1:
-            reply = await self.aio.run(self._enqueue_op(items[0]))
-            return [reply[0][1] if type(reply) is list else items[0].message_id]
-        batch, plan = self._enqueue_plan(items)
-        replies = ([await self.aio.run(batch[0])] if len(batch) == 1
-                   else await self.aio.run_streamed(self._groups(batch, plan)))
+            item = items[0]
+            now = _now_ms()
+            op = self._enqueue_op(item, now)
+            if now < self._seen_until and item.queue in self._seen:
+                reply = await self.aio.run(op)
+            else:
+                reply = (await self.aio.run_many(
+                    [ops.add_seen_queues(self.keys, (item.queue,)), op]))[1]
+                self._saw((item.queue,), now)
+            return [reply[0][1] if type(reply) is list else item.message_id]
+        batch, groups, plan, unseen = self._with_seen(items)
+        if not unseen and len(batch) == 1:
+            replies = [await self.aio.run(batch[0])]
+        else:
+            replies = (await self.aio.run_streamed(groups))[1 if unseen else 0:]
+        self._saw(unseen)
         return self._ids(items, plan, replies)
+
+    # -- the seen queues (keys.seen_queues) ------------------------------------------
+
+    def _unseen(self, queues: Iterable[str]) -> list[str]:
+        """Of ``queues``, those to add to the seen queues with the next write: not added
+        by this process in the current SEEN_REFRESH_S."""
+        if _now_ms() >= self._seen_until:
+            return list(queues)
+        return [q for q in queues if q not in self._seen]
+
+    def _saw(self, queues: Sequence[str], now_ms: int = 0) -> None:
+        now = now_ms or _now_ms()
+        if now >= self._seen_until:  # a new period: every queue is added again once
+            self._seen = set()
+            self._seen_until = now + int(SEEN_REFRESH_S * 1000)
+        self._seen.update(queues)
+
+    def see_queues(self, queues: Sequence[str]) -> None:
+        """Add queues about to be written to the seen queues (a writer other than
+        enqueue: the scheduler); at most once per SEEN_REFRESH_S per queue."""
+        due = self._unseen(queues)
+        if due:
+            self.sync.run(ops.add_seen_queues(self.keys, due))
+            self._saw(due)
+
+    async def asee_queues(self, queues: Sequence[str]) -> None:
+        due = self._unseen(queues)
+        if due:
+            await self.aio.run(ops.add_seen_queues(self.keys, due))
+            self._saw(due)
+
+    def seen_queues(self) -> list[str]:
+        """Every queue a message was ever written to (unless Redis lost the set since:
+        each producer adds its queues again within SEEN_REFRESH_S), sorted."""
+        return self.sync.run(ops.seen_queues(self.keys))
+
+    async def aseen_queues(self) -> list[str]:
+        return await self.aio.run(ops.seen_queues(self.keys))
+
+    def forget_queue(self, queue: str) -> None:
+        """Remove ``queue`` from the seen queues (a producer writing to it adds it back)."""
+        self.sync.run(ops.forget_seen_queue(self.keys, queue))
+        self._seen.discard(queue)
+
+    def _with_seen(self, items: Sequence[Enqueue]) -> tuple[list[Op], list[list[Op]],
+                                                             list[list[int]], list[str]]:
+        """The ops writing ``items`` (several: with the write of any unseen queue to the
+        seen queues first, in the same round trip), grouped, the plan, the unseen."""
+        unseen = self._unseen({i.queue for i in items})
+        batch, plan = self._enqueue_plan(items)
+        first = [ops.add_seen_queues(self.keys, unseen)] if unseen else []
+        groups = self._groups(batch, plan)
+        groups[0] = [*first, *groups[0]]
+        return batch, groups, plan, unseen
 
     # -- reading state -------------------------------------------------------
 
@@ -386,11 +474,17 @@ class RedisBroker:
         return await self.aio.run(ops.dead_letter_bodies(self.keys.queue(queue), ids))
 
     def replay_dead_letters(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> int:
-        return self.sync.run(self._dl_replay(queue, items)) if items else 0
+        if not items:
+            return 0
+        self.see_queues((queue,))
+        return self.sync.run(self._dl_replay(queue, items))
 
     async def areplay_dead_letters(self, queue: str,
                                    items: Sequence[tuple[str, str, bytes]]) -> int:
-        return await self.aio.run(self._dl_replay(queue, items)) if items else 0
+        if not items:
+            return 0
+        await self.asee_queues((queue,))
+        return await self.aio.run(self._dl_replay(queue, items))
 
     def remove_dead_letters(self, queue: str, ids: Sequence[str]) -> int:
         return self.sync.run(ops.remove_dead_letters(self.keys.queue(queue), ids)) if ids else 0

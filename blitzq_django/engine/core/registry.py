@@ -3,6 +3,8 @@ queues, and what their actions did."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .message import pack_fields, unpack_fields
@@ -43,6 +45,18 @@ class QueueStats:
     dead_letters: int
     consumers: int  # workers that have read this queue (idle dead ones are pruned)
     oldest_ready_age_ms: int | None  # how long the oldest ready message has waited
+
+
+def workers_per_queue(workers: Iterable[WorkerInfo]) -> Counter[str]:
+    """Queue -> how many of these (live) workers serve it."""
+    return Counter(q for w in workers for q in w.queues)
+
+
+def unserved(stats: Iterable[QueueStats], workers: Iterable[WorkerInfo]) -> list[str]:
+    """The queues among ``stats`` whose messages wait (ready or scheduled) while none of
+    these live workers serves them: nothing will run them."""
+    serving = workers_per_queue(workers)
+    return [s.queue for s in stats if (s.ready or s.scheduled) and not serving[s.queue]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

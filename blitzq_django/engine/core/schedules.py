@@ -36,6 +36,7 @@ from ..errors import MAX_SECONDS, ConfigurationError, MessageError
 from . import validate
 from .message import encode_fields
 from .names import check_name
+from .suggest import did_you_mean
 
 MISSED_POLICIES = ("skip", "run_once", "run_all")
 DEFAULT_MISSED = "run_once"
@@ -340,7 +341,8 @@ def _build(name: str, task: str, cron: Any, every: Any, tz: Any, args: Any, kwar
         check_name("queue", queue)
     unknown = set(options) - MESSAGE_OPTIONS
     if unknown:
-        raise ConfigurationError(f"unknown option(s) {', '.join(sorted(unknown))}; accepted: "
+        raise ConfigurationError(f"unknown option(s) {', '.join(sorted(unknown))}."
+                                 f"{did_you_mean(min(unknown), MESSAGE_OPTIONS)} Accepted: "
                                  f"{', '.join(sorted(MESSAGE_OPTIONS))}")
     options = {k: v for k, v in options.items() if v is not None}
     priority = validate.priority_lane(options.get("priority"))

@@ -8,12 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError, TaskNotRegistered
+from .binding import Arguments
 from .names import check_name
 from .rates import Rate, as_rate, check_rate_key
 from .retry import RetryPolicy
 from .validate import check, check_expires, priority_lane
 
 DEFAULT_QUEUE = "default"
+#: Positional counts of a ``*args`` function listed in TaskSpec.arities (more are checked
+#: the slower way).
+ARITIES = 32
 EXECUTORS = ("thread", "process")
 
 
@@ -43,6 +47,23 @@ class TaskSpec:
     # child processes, engine/worker/processes.py, for CPU-bound code). async tasks run on
     # the loop whatever it says.
     executor: str = "thread"
+    #: What enqueue binds a call's arguments to (core/binding.py): None, the function's
+    #: own signature (following ``__wrapped__``). Give another where the function
+    #: registered wraps the real one and changes its parameters.
+    signature: inspect.Signature | None = field(default=None, compare=False, repr=False)
+    #: The check of those arguments, worked out once here; None: any arguments bind.
+    arguments: Arguments | None = field(default=None, init=False, compare=False, repr=False)
+    #: Counts of positional arguments that bind without a keyword: a call of one of them
+    #: and no keyword needs no other check. Enqueue tests just this (a frozenset: the
+    #: cheapest test, bench/enqueue_cost.py); anything else goes to ``arguments``.
+    arities: frozenset[int] = field(default=frozenset(), init=False, compare=False,
+                                    repr=False)
+
+    def __post_init__(self) -> None:
+        arguments = Arguments.of(self.func, self.signature)
+        object.__setattr__(self, "arguments", arguments)
+        low, high = (0, ARITIES) if arguments is None else (arguments.low, arguments.high)
+        object.__setattr__(self, "arities", frozenset(range(low, min(high, low + ARITIES) + 1)))
 
     @classmethod
     def build(cls, func: Callable[..., Any], **options: Any) -> TaskSpec:

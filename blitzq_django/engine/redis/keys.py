@@ -72,6 +72,10 @@ key                                     type      holds
                                                   schedule sources (a database edit)
 ``bq:{ns}:schedules:v``                 string    version of the schedules, INCR with each
                                                   change (read every 2 s: a missed publish)
+``bq:{ns}:queues``                      set       every queue a message was written to: SADD by
+                                                  producers the first time a process writes
+                                                  to a queue (and again every few minutes),
+                                                  never in a queue's script (another slot)
 ======================================  ========  =============================================
 """
 
@@ -256,6 +260,11 @@ class Keyspace:
     def schedules_version(self) -> str:
         """INCR with each schedule change; schedulers compare it every few seconds."""
         return f"{PREFIX}:{{{self.namespace}}}:schedules:v"
+
+    @property
+    def seen_queues(self) -> str:
+        """The set of every queue a message was written to (runworker serves them)."""
+        return f"{PREFIX}:{{{self.namespace}}}:queues"
 
     def all_keys_pattern(self) -> str:
         """Glob over every key of this namespace (for purge in tests and tools).

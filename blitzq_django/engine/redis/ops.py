@@ -53,6 +53,22 @@ def lpush(keys: QueueKeys, payload: bytes) -> Op:
     return Op(command=("LPUSH", keys.list, payload))
 
 
+def add_seen_queues(keyspace: Keyspace, queues: Sequence[str]) -> Op:
+    """Record queues as written to (a command of its own: the set is under the
+    namespace's hash tag, not the queue's)."""
+    return Op(command=("SADD", keyspace.seen_queues, *queues))
+
+
+def seen_queues(keyspace: Keyspace) -> Op:
+    """Every queue ever recorded as written to, sorted."""
+    return Op(command=("SMEMBERS", keyspace.seen_queues),
+              parse=lambda reply: sorted(_text(q) for q in reply))
+
+
+def forget_seen_queue(keyspace: Keyspace, queue: str) -> Op:
+    return Op(command=("SREM", keyspace.seen_queues, queue))
+
+
 #: One message for enqueue(): (payload, message id, due ms or 0, record or b"",
 #: idempotency key or None, unique key or None, task name).
 EnqueueItem = tuple[bytes, str, int, bytes, "str | None", "str | None", str]

@@ -39,6 +39,8 @@ class RedisPeriodicStore:
                                 info=info, record_ttl=self.broker.record_ttl,
                                 events_maxlen=self.broker.events_maxlen,
                                 mode=self.broker.storage_mode(queue))
+        if occurrences:
+            await self.broker.asee_queues((queue,))  # runworker serves the queues seen
         return await self.broker.aio.run(op)
 
     def read(self, queue: str, names: Sequence[str]

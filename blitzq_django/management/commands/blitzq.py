@@ -1,6 +1,6 @@
 """``manage.py blitzq <command>``: the ops command line on the project's client.
 
-stats, workers, schedules, inspect, cancel, purge, dead-letters, events: the same
+stats, workers, schedules, inspect, cancel, purge, forget-queue, dead-letters, events: the same
 commands, flags, output and exit codes as ``python -m blitzq_django.engine <command> APP`` (one
 implementation, engine/ops_cli.py; docs/cli.md), with ``conf.get_client()`` as the client.
 """
@@ -14,14 +14,14 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf
+from ... import conf, queues
 from ...engine import ops_cli
 from ...history import cli as history_cli
 
 
 class Command(BaseCommand):
     help = ("Look at and operate the blitzq queues: stats, workers, schedules, inspect, "
-            "cancel, purge, "
+            "cancel, purge, forget-queue, "
             "dead-letters, events; task history: history, prune-history. Exit codes: 0 done, "
             "1 not found or nothing matched, 2 usage or bad input, 3 Redis unavailable, 4 refused.")
     # Ops must work on a project whose other apps have failing checks (that is often
@@ -44,14 +44,12 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}",
                                returncode=ops_cli.EXIT_USAGE) from None
-        from ...decorators import declared_queues
-
         # The raw streams, not self.stdout/self.stderr: an OutputWrapper ends every write
         # with a newline, which would put the answer to a confirmation on the next line.
         console = ops_cli.Console.standard(options.get("stdout") or sys.stdout,
                                            options.get("stderr") or sys.stderr,
                                            options.get("stdin") or sys.stdin)
-        ops = ops_cli.Ops(client, console, queues=[*settings["QUEUES"], *declared_queues],
+        ops = ops_cli.Ops(client, console, queues=queues.named(settings),
                           redact=conf.redact_names())
         try:
             ops_cli.perform(ops, argparse.Namespace(**options))

@@ -16,7 +16,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf
+from ... import conf, schema
 from ...engine import cli
 from ...engine.errors import BlitzqError
 from ...history import history_queues, writer_for
@@ -52,6 +52,7 @@ class Command(BaseCommand):
             settings = conf.get_settings()
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
+        schema.refuse_if_missing("runhistory")
         self.check(display_num_errors=False)
         if not 1 <= options["batch"] <= 10_000:
             raise CommandError("--batch must be from 1 to 10000")

@@ -17,7 +17,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf
+from ... import conf, schema
 from ...outbox import relay_from_settings
 from ..logs import add_log_format_argument, configure_logging
 
@@ -48,6 +48,7 @@ class Command(BaseCommand):
             conf.get_client()
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
+        schema.refuse_if_missing("runoutbox")
         if options["batch"] is not None and not 1 <= options["batch"] <= 1000:
             raise CommandError("--batch must be from 1 to 1000")
         if options["interval"] is not None and not 0.01 <= options["interval"] <= 60:

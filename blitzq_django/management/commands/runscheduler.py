@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, periodic, reloading
+from ... import conf, periodic, reloading, schema
 from ...engine import cli
 from ...engine.errors import BlitzqError
 from .. import banner
@@ -56,6 +56,7 @@ class Command(BaseCommand):
             if code:
                 sys.exit(code)
             return
+        schema.refuse_if_missing("runscheduler")  # its database schedules live there
         self.check(display_num_errors=False)  # blitzq.E015/E016: bad or unknown schedules
         if not client.schedule_registry:
             self.stderr.write("No periodic schedules are declared (@periodic, "

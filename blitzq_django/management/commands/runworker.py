@@ -15,12 +15,12 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, periodic, reloading
+from ... import conf, periodic, queues, reloading, schema
 from ...companions import Running
 from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
-from ...signals import django_tasks_queues, worker_listeners
+from ...signals import worker_listeners
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
 
@@ -80,12 +80,13 @@ class Command(BaseCommand):
             if code:
                 sys.exit(code)
             return
+        schema.refuse_if_missing("runworker")  # not "no such table" at every write
         self.check(display_num_errors=False)
         try:
             # No ping first: a worker started before its Redis waits for it (logging each
             # attempt) instead of exiting, as a service under systemd or Kubernetes must.
             config = cli.worker_config(options, {
-                "queues": self._queues(options["queues"], merged),
+                "queues": self._queues(options["queues"], merged, client),
                 "concurrency": merged["CONCURRENCY"],
                 "threads": merged["THREADS"] or 0,
                 "queue_concurrency": dict(merged["QUEUE_CONCURRENCY"]),
@@ -119,6 +120,10 @@ class Command(BaseCommand):
         # thread) run beside the worker.
         companions = Running().start(self._served(merged, config),
                                      without=self._without(options))
+        # Without --queues: say which queues are written to after the start (a restart
+        # serves them; see blitzq_django/queues.py).
+        watch = (queues.Watch(client, config.queues).start()
+                 if not options["queues"] and merged["BROKER"] != "memory" else None)
         # --with-scheduler: the periodic tasks too, on a thread (the worker promotes).
         scheduler = (periodic.SchedulerThread(periodic.make_scheduler(promote=False)).start()
                      if options.get("with_scheduler") else None)
@@ -131,6 +136,8 @@ class Command(BaseCommand):
             companions.stop()
             if scheduler is not None:
                 scheduler.stop()
+            if watch is not None:
+                watch.stop()
         if changed is not None and changed.is_set():
             sys.stdout.flush()
             sys.exit(reloading.RELOAD_EXIT_CODE)
@@ -173,12 +180,25 @@ class Command(BaseCommand):
         if code:
             raise CommandError(f"a worker process exited with status {code}")
 
-    @staticmethod
-    def _queues(given: list[str], merged: dict[str, Any]) -> tuple[str, ...]:
+    def _queues(self, given: list[str], merged: dict[str, Any], client: Any
+                ) -> tuple[str, ...]:
+        """--queues, or what a default runworker serves (blitzq_django/queues.py): the
+        queues the project names, and those Redis has seen a message written to."""
         if given:
-            return cli.parse_queues(given)
-        from ...decorators import declared_queues
-
-        routed = sorted(set(merged.get("ROUTES", {}).values()))
-        return tuple(dict.fromkeys([*merged["QUEUES"], *sorted(declared_queues), *routed,
-                                    *django_tasks_queues()]))
+            chosen = cli.parse_queues(given)
+            strangers, why = queues.unknown(chosen, client)
+            for queue in strangers:
+                self.stderr.write(f"warning: queue {queue!r} is named by no setting and no "
+                                  "task, and no message was ever written to it: a typo?")
+            if why:
+                self.stderr.write(f"warning: cannot tell whether the queues of --queues "
+                                  f"were ever written to: {why}")
+            return chosen
+        try:
+            return queues.served_by_default(client, merged)
+        except (BlitzqError, OSError) as exc:
+            # A worker waits for its Redis rather than exit: it serves the named queues,
+            # and the watch warns about the others once Redis answers.
+            self.stderr.write(f"warning: cannot read the queues Redis has seen ({exc}): "
+                              "serving the queues the project names")
+            return tuple(queues.named(merged))

@@ -121,9 +121,16 @@
       tr.appendChild(cell("td", fmt(q.enqueue_rate), "bq-enqueue-rate"));
       tr.appendChild(cell("td", fmt(q.completion_rate), "bq-completion-rate"));
       tr.appendChild(cell("td", span(q.oldest_ready_age_ms), "bq-oldest"));
+      // Messages wait and no live worker serves the queue: nothing will run them.
+      var served = cell("td", fmt(q.workers), "bq-workers");
+      if (q.unserved) {
+        served.appendChild(document.createTextNode(" "));
+        served.appendChild(cell("span", "no live worker", "bq-unserved"));
+      }
+      tr.appendChild(served);
       rows.appendChild(tr);
     });
-    if (!names.length) { rows.appendChild(state.read ? emptyRow(8, "No queues.") : unknown(8)); }
+    if (!names.length) { rows.appendChild(state.read ? emptyRow(9, "No queues.") : unknown(9)); }
     body.replaceChildren(rows);
   }
 
