@@ -5,7 +5,6 @@ and where the history writer runs."""
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from .. import conf
