@@ -27,6 +27,7 @@ from django.utils.log import AdminEmailHandler
 from blitzq_django import conf
 from blitzq_django.engine import Client
 from testproject.shop import tasks
+from tests.support.migrated import migrated_sqlite, sqlite_env
 from tests.support.waiting import wait_until
 
 from .conftest import running_worker
@@ -55,9 +56,12 @@ def manage() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 @pytest.fixture
 def env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.django.plain_logging_settings",
-            "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
-            "BLITZQ_SQLITE": str(tmp_path / "db.sqlite3"), "PYTHONPATH": str(ROOT)}
+    # runworker and runscheduler refuse to start without blitzq's tables.
+    return sqlite_env({**os.environ,
+                       "DJANGO_SETTINGS_MODULE": "tests.django.plain_logging_settings",
+                       "REDIS_URL": redis_url, "BLITZQ_NAMESPACE": namespace,
+                       "BLITZQ_SQLITE": str(migrated_sqlite(tmp_path / "db.sqlite3")),
+                       "PYTHONPATH": str(ROOT)})
 
 
 def burst(manage: Any, env: dict[str, str], *args: str) -> str:
