@@ -7,7 +7,7 @@
   if (!root) { return; }
   var WINDOW_S = 900, POLL_MS = 2000;
   var state = { series: {}, queues: {}, workers: [], failures: [], seen: {}, now: Date.now(),
-                offset: 0 };
+                offset: 0, running: [], runningTotal: 0 };
   var socket = null, pollTimer = null, retryTimer = null, drawQueued = false;
   // How much work the page does: messages applied, and the slowest apply or redraw (ms),
   // on the root element (data-messages, data-slowest-ms) for tests and the curious.
@@ -59,6 +59,11 @@
     (msg.series || []).forEach(function (p) { state.series[p[0]] = [p[1], p[2]]; });
     if (msg.queues) { state.queues = msg.queues; renderQueues(); }
     if (msg.workers) { state.workers = msg.workers; renderWorkers(); }
+    if (msg.running) {
+      state.running = msg.running;
+      state.runningTotal = msg.running_total || msg.running.length;
+      renderRunning();
+    }
     (msg.failures || []).forEach(function (f) {
       if (!state.seen[f.cursor]) { state.seen[f.cursor] = true; state.failures.unshift(f); }
     });
@@ -134,6 +139,56 @@
     });
     if (!state.workers.length) { rows.appendChild(emptyRow(6, "No live workers.")); }
     body.replaceChildren(rows);
+  }
+
+  function renderRunning() {
+    var body = $("bq-running").tBodies[0], rows = document.createDocumentFragment();
+    var history = root.getAttribute("data-history-url");
+    state.running.forEach(function (r) {
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-id", r.id);
+      tr.appendChild(cell("td", r.task, "bq-task"));
+      var id = cell("td", "", "bq-task-id");
+      if (history) {
+        var a = cell("a", r.id);
+        a.href = history + "?q=" + encodeURIComponent(r.id);
+        id.appendChild(a);
+      } else { id.textContent = r.id; }
+      tr.appendChild(id);
+      tr.appendChild(cell("td", r.queue, "bq-queue"));
+      tr.appendChild(cell("td", r.worker + (r.attempt > 1 ? " (attempt " + r.attempt + ")" : ""),
+                          "bq-worker"));
+      var since = cell("td", "", "bq-since");
+      since.setAttribute("data-started", String(r.started_ms));
+      tr.appendChild(since);
+      var td = cell("td", "", "bq-progress"), p = r.progress;
+      if (p) {
+        var counts = fmt(p.done) + (p.total !== null && p.total !== undefined
+          ? " / " + fmt(p.total) : "");
+        if (p.fraction !== null && p.fraction !== undefined) {
+          var bar = document.createElement("span"), fill = document.createElement("span");
+          bar.className = "bq-meter";
+          fill.style.width = Math.round(p.fraction * 100) + "%";
+          bar.appendChild(fill);
+          td.appendChild(bar);
+          counts = " " + Math.round(p.fraction * 100) + " % (" + counts + ")";
+        }
+        td.appendChild(document.createTextNode(counts + (p.note ? " · " + p.note : "")));
+      } else { td.textContent = "–"; }
+      tr.appendChild(td);
+      rows.appendChild(tr);
+    });
+    if (!state.running.length) { rows.appendChild(emptyRow(6, "Nothing running.")); }
+    body.replaceChildren(rows);
+    text($("bq-running-total"), state.runningTotal > state.running.length
+      ? "(" + fmt(state.runningTotal) + " in all)" : "");
+    tickRunning();
+  }
+
+  function tickRunning() {  // "running for" moves on between updates
+    var now = Date.now() - state.offset;
+    Array.prototype.forEach.call(document.querySelectorAll("#bq-running td.bq-since"),
+      function (td) { text(td, span(Math.max(0, now - Number(td.getAttribute("data-started"))))); });
   }
 
   function renderFailures() {
@@ -295,5 +350,6 @@
   }
   window.addEventListener("resize", scheduleDraw);
   window.setInterval(scheduleDraw, 1000);  // the time axis moves on even when idle
+  window.setInterval(tickRunning, 1000);
   connect(1000);
 }());
