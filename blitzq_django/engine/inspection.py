@@ -222,11 +222,12 @@ def _finished_absence(client: Client, task: str | None, state: str | None,
         return Absence(EXPIRED, f"It finished ({state}), and its record is no longer in "
                        f"Redis: it expired{kept}, or was removed.")
     until = finished_ms + ttl * 1000
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(until / 1000))
     if until <= now:
-        return Absence(EXPIRED, f"It finished ({state}), and its record expired{kept}.",
-                       until)
-    return Absence(LOST, f"It finished ({state}), and its record should be kept until then"
-                   f"{kept}, but Redis does not have it: removed by Redis (maxmemory "
+        return Absence(EXPIRED, f"It finished ({state}), and its record expired at {when}"
+                       f"{kept}.", until)
+    return Absence(LOST, f"It finished ({state}), and its record should be kept until "
+                   f"{when}{kept}, but Redis does not have it: removed by Redis (maxmemory "
                    "eviction), a flush, or a restart without persistence.", until)
 
 

@@ -100,8 +100,10 @@ def test_a_record_that_is_gone_says_why(blitzq_redis: Client) -> None:
     long_ago = timezone.now() - dt.timedelta(days=3)
     expired = record("r-expired", TaskState.FAILED, finished_at=long_ago)
     browser = login()
-    assert "its record expired (records are kept 86400 s" in live_block(page(browser,
-                                                                             expired.pk))
+    html = live_block(page(browser, expired.pk))
+    when = (long_ago + dt.timedelta(days=1)).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M")
+    assert f"its record expired at {when}" in html
+    assert "(records are kept 86400 s after the task ends)" in html
 
     handle = fire.enqueue()
     with running_worker(blitzq_redis):
@@ -112,8 +114,10 @@ def test_a_record_that_is_gone_says_why(blitzq_redis: Client) -> None:
     html = live_block(page(browser, never.pk))
     assert "no record of that is kept" in html and "STORE_RESULTS off" in html
 
-    evicted = record("r-evicted", TaskState.SUCCEEDED, finished_at=timezone.now())
-    assert "should be kept until then" in live_block(page(browser, evicted.pk))
+    finished = timezone.now()
+    evicted = record("r-evicted", TaskState.SUCCEEDED, finished_at=finished)
+    until = (finished + dt.timedelta(days=1)).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M")
+    assert f"should be kept until {until}" in live_block(page(browser, evicted.pk))
 
     waiting = add.enqueue(1, 2)
     queued = record(waiting.id, TaskState.QUEUED, args=[1, 2])
