@@ -77,7 +77,7 @@ class Flusher:
         self._ready.set()
 
     def _due_starts(self) -> list[Settlement]:
-        """Started-only settlements of the attempts running past START_EVENT_DELAY_S (the
+        """The settlements listing the attempts running past START_EVENT_DELAY_S (the
         worker is asked at most once per START_EVENT_DELAY_S)."""
         now = time.monotonic()
         if self._starts is None or self._closing or now < self._next_scan:
