@@ -38,9 +38,9 @@ from .common import (
     engine_errors,
     from_ms,
     pretty,
-    record_context,
     safely,
 )
+from .live_state import live_context
 
 #: Timeline event kinds shown with a word of their own.
 EVENT_WORDS = {"enqueued": "enqueued", "scheduled": "scheduled", "started": "started",
@@ -370,14 +370,16 @@ class TaskRecordAdmin(admin.ModelAdmin):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         live = None
-        record = TaskRecord.objects.filter(pk=object_id).only("task_id", "queue").first() \
+        record = TaskRecord.objects.filter(pk=object_id).only(
+            "task_id", "queue", "task_name", "state", "finished_at").first() \
             if str(object_id).isdigit() else None
         if record is not None and self.has_view_permission(request):
             with engine_errors(request, "Redis could not be asked for the live state"):
-                found = client().inspect(record.task_id, queue=record.queue)
-                live = record_context(found) or {"state": "", "missing": True}
+                live = live_context(record)
+        # A scheduled message has not run yet: a retry would only run it twice.
+        scheduled = bool(live and live.get("scheduled"))
         context = {**(extra_context or {}), "blitzq_live": live,
-                   "can_retry": self.has_retry_permission(request),
+                   "can_retry": self.has_retry_permission(request) and not scheduled,
                    "can_cancel": self.has_cancel_permission(request)}
         context.update(self._retry_context(request, object_id))
         return super().change_view(request, object_id, form_url, context)

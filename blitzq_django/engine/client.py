@@ -16,7 +16,6 @@ from .brokers.base import Broker, Enqueue, ScheduledCancel
 from .context import inherited_headers
 from .core import limits
 from .core import record as states
-from .core.deadletter import DeadLetter
 from .core.events import Event
 from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields, pack
 from .core.names import check_name
@@ -38,7 +37,9 @@ from .errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTim
 from .scheduler.registry import ScheduleRegistry
 
 if TYPE_CHECKING:
+    from .core.running import Running
     from .dead_letters import DeadLetters
+    from .inspection import Absence
     from .progress import Progress
     from .scheduler.registry import ScheduleInfo
     from .tracing import Tracing
@@ -470,28 +471,56 @@ class Client:
         return await progress.aread(self, message_id, queue)
 
     def inspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
-        """What is known of a message: its record, or that it is scheduled or dead-lettered."""
-        queue = queue or self.default_queue
-        record = self.broker.get_record(queue, message_id)
-        if record is not None:
-            return record
-        payload = self.broker.scheduled_payload(queue, message_id)
-        if payload is not None:
-            try:
-                message = decode(payload)
-            except MessageDecodeError:
-                return Record(id=message_id, task="", queue=queue, state=states.SCHEDULED)
-            return Record(id=message_id, task=message.task, queue=queue, state=states.SCHEDULED,
-                          attempt=message.attempt, created_ms=message.created_ms)
-        dead = self.broker.dead_letter(queue, message_id)
-        if dead is not None:
-            letter = DeadLetter.from_bytes(dead)
-            return Record(id=message_id, task=letter.task or "", queue=queue,
-                          state=states.DEAD_LETTERED, attempt=letter.attempt,
-                          error_type=letter.error_type, error_message=letter.error_message,
-                          traceback=letter.traceback, reason=letter.reason,
-                          finished_ms=letter.dead_ms)
-        return None
+        """What is known of a message now, or None: its final record; ``scheduled`` (or
+        ``retrying``) with its due time (``due_ms``); ``running`` with its worker and
+        start, whatever TRACK_STATE says, once the attempt has run 0.1 s (the running
+        index: docs/control.md); ``dead_lettered``; else its record, if TRACK_STATE (or
+        the django.tasks backend) wrote one. One to four round trips
+        (engine/inspection.py); ``explain_missing()`` says why when it is None."""
+        from . import inspection
+
+        return inspection.inspect(self, message_id, queue or self.default_queue)
+
+    async def ainspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
+        from . import inspection
+
+        return await inspection.ainspect(self, message_id, queue or self.default_queue)
+
+    def running(self, queues: Iterable[str] | None = None, *,
+                workers: Iterable[WorkerInfo] | None = None) -> list[Running]:
+        """Every attempt running now that has run 0.1 s, as the live workers list them
+        (the running index: docs/control.md), oldest first: in ``queues`` when given.
+        Two round trips, one when given ``workers`` (``workers()``, already read)."""
+        from . import inspection
+
+        return inspection.running(self, queues, workers)
+
+    async def arunning(self, queues: Iterable[str] | None = None, *,
+                       workers: Iterable[WorkerInfo] | None = None) -> list[Running]:
+        from . import inspection
+
+        return await inspection.arunning(self, queues, workers)
+
+    def explain_missing(self, message_id: str, *, queue: str | None = None,
+                        task: str | None = None, state: str | None = None,
+                        finished_ms: int | None = None) -> Absence:
+        """Why ``inspect()`` finds nothing, as far as Redis can tell: still in the queue,
+        the queue too long to tell, never stored, expired, lost, gone or unknown
+        (engine/inspection.py). What else knows of the message helps: its ``task``, its
+        last known ``state`` and when it finished (a history row)."""
+        from . import inspection
+
+        return inspection.explain_missing(self, message_id, queue or self.default_queue,
+                                          task=task, state=state, finished_ms=finished_ms)
+
+    async def aexplain_missing(self, message_id: str, *, queue: str | None = None,
+                               task: str | None = None, state: str | None = None,
+                               finished_ms: int | None = None) -> Absence:
+        from . import inspection
+
+        return await inspection.aexplain_missing(self, message_id,
+                                                 queue or self.default_queue, task=task,
+                                                 state=state, finished_ms=finished_ms)
 
 
 def check_routes(routes: Any) -> dict[str, str]:
@@ -640,7 +669,11 @@ class TaskHandle:
         return self._client.final_record(self.id, timeout, queue=self.queue)
 
     def inspect(self) -> Record | None:
+        """What is known of this message now (Client.inspect)."""
         return self._client.inspect(self.id, queue=self.queue)
+
+    async def ainspect(self) -> Record | None:
+        return await self._client.ainspect(self.id, queue=self.queue)
 
     def progress(self) -> Progress | None:
         """The latest progress this task reported, or None (docs/progress.md)."""

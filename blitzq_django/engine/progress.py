@@ -381,3 +381,33 @@ def read(client: Client, message_id: str, queue: str | None = None) -> Progress 
 async def aread(client: Client, message_id: str, queue: str | None = None) -> Progress | None:
     return Progress.from_fields(await aread_raw(client, queue or client.default_queue,
                                                 message_id))
+
+
+def _many_ops(client: Client, which: list[tuple[str, str]]) -> list[Op]:
+    broker = client.broker
+    return [Op(command=("HGETALL", broker.keys.queue(queue).progress(message_id)),
+               parse=_hash) for queue, message_id in which]
+
+
+def read_many(client: Client, which: list[tuple[str, str]]) -> list[Progress | None]:
+    """The latest progress of each (queue, message id), in one round trip (the
+    dashboard's running list)."""
+    broker = client.broker
+    if not which:
+        return []
+    if _is_redis(broker):
+        raws = broker.sync.run_many(_many_ops(client, which))
+    else:
+        raws = [dict(_memory(broker).get(key, {})) for key in which]
+    return [Progress.from_fields(raw) for raw in raws]
+
+
+async def aread_many(client: Client, which: list[tuple[str, str]]) -> list[Progress | None]:
+    broker = client.broker
+    if not which:
+        return []
+    if _is_redis(broker):
+        raws = await broker.aio.run_many(_many_ops(client, which))
+    else:
+        raws = [dict(_memory(broker).get(key, {})) for key in which]
+    return [Progress.from_fields(raw) for raw in raws]

@@ -13,7 +13,9 @@ letters, never the sum of failures; docs/dashboard.md).
 
 ``Aggregator`` drives a Tally from an event loop: every 500 ms it reads each known queue's
 events stream from its cursor (``XRANGE`` through ``Client.aevents``, pages of 1,000), and
-every second the queues' stats and the workers (one Redis call each), then hands one
+every second the queues' stats and the workers (one Redis call each), and what runs now
+(the workers' running indexes, one round trip, and the progress of the RUNNING_SHOWN
+oldest, one more: ``set_running``), then hands one
 compact delta to every subscriber (an ``asyncio.Queue``): one message per subscriber per
 tick at most, never one per task. A subscriber first gets a snapshot. The aggregator starts
 with its first subscriber and stops ``linger_s`` after its last one left.
@@ -37,7 +39,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..engine import Client
+from ..engine import Client, progress
 from ..engine.core.events import (
     DEAD_LETTERED,
     ENQUEUED,
@@ -64,6 +66,7 @@ BACKFILL_PAGES = 30  # reads per queue when it is first followed (the last 15 mi
 FAILURE_KINDS = frozenset({FAILED, RETRIED, DEAD_LETTERED})
 #: The totals: one per event kind counted, named as the kind.
 TOTALS = (ENQUEUED, STARTED, SUCCEEDED, RETRIED, FAILED, DEAD_LETTERED)
+RUNNING_SHOWN = 50  # attempts listed as running now, at most (the oldest first)
 
 
 def now_ms() -> int:
@@ -92,6 +95,11 @@ class Tally:
         self.failures: deque[dict[str, Any]] = deque(maxlen=FAILURES_KEPT)
         self.stats: dict[str, dict[str, Any]] = {}
         self.workers: list[dict[str, Any]] = []
+        #: attempts running now (the workers' running indexes), oldest first, at most
+        #: RUNNING_SHOWN, and how many run in all
+        self.running: list[dict[str, Any]] = []
+        self.running_total = 0
+        self._running_changed = False
         self.skipped = 0  # times a queue's reader fell too far behind and skipped ahead
         self.error = ""
         # when the queues' stats were last read (0: never): until then, and while
@@ -173,6 +181,17 @@ class Tally:
                         for w in workers]
         self._workers_changed = True
 
+    def set_running(self, running: list[Any], progress: list[Any]) -> None:
+        """``running``: Running entries (``client.running()``), oldest first; ``progress``:
+        the latest Progress (or None) of each of the first RUNNING_SHOWN of them."""
+        shown = [{"id": r.id, "task": r.task, "queue": r.queue, "worker": r.worker,
+                  "attempt": r.attempt, "started_ms": r.started_ms,
+                  "progress": p.to_dict() if p is not None else None}
+                 for r, p in zip(running[:RUNNING_SHOWN], progress, strict=False)]
+        if shown != self.running or len(running) != self.running_total:
+            self.running, self.running_total = shown, len(running)
+            self._running_changed = True
+
     # -- reading ---------------------------------------------------------------
 
     def trim(self, now: int) -> None:
@@ -218,6 +237,7 @@ class Tally:
         return {"t": "snapshot", "now": now, "window_s": WINDOW_S, "queues": queues,
                 "series": sorted([s, *c] for s, c in self.series.items()),
                 "latency": self.latency(now), "workers": self.workers,
+                "running": self.running, "running_total": self.running_total,
                 "failures": list(self.failures), "totals": dict(self.totals),
                 "skipped": self.skipped, "error": self.error, "stats_ms": self.stats_ms}
 
@@ -242,6 +262,9 @@ class Tally:
         if self._workers_changed:
             out["workers"] = self.workers
             self._workers_changed = False
+        if self._running_changed:
+            out["running"], out["running_total"] = self.running, self.running_total
+            self._running_changed = False
         return out
 
 
@@ -351,6 +374,9 @@ class Aggregator:
         stats = await asyncio.gather(*(client.aqueue_stats(name) for name in names))
         self.tally.set_stats({s.queue: _stats_dict(s, serving) for s in stats})
         self.tally.set_workers(workers, now_ms())
+        running = await client.arunning(names, workers=workers)
+        shown = [(r.queue, r.id) for r in running[:RUNNING_SHOWN]]
+        self.tally.set_running(running, await progress.aread_many(client, shown))
         for name in names:
             self.cursors.setdefault(name, "")
 
@@ -403,6 +429,9 @@ class Poller:
             self.tally.set_stats({name: _stats_dict(client.queue_stats(name), serving)
                                   for name in names})
             self.tally.set_workers(workers, now_ms())
+            running = client.running(names, workers=workers)
+            shown = [(r.queue, r.id) for r in running[:RUNNING_SHOWN]]
+            self.tally.set_running(running, progress.read_many(client, shown))
             for name in names:
                 self._read_queue(client, name)
             self._snapshot = self.tally.snapshot()

@@ -201,6 +201,7 @@ def test_cancel_a_scheduled_task_from_its_page(page: Page, blitzq: Client) -> No
     page.wait_for_url(f"**{HISTORY}{record.pk}/change/")
     expect(page.locator("#blitzq-live")).to_contain_text("scheduled")
     expect(page.locator(".blitzq-timeline")).to_contain_text("scheduled")
+    expect(page.locator("#blitzq-live-due")).to_contain_text("(in ")  # its due time
     expect(page.locator("#blitzq-retry")).to_have_count(0)  # it runs anyway: no Retry
     expect(page.locator("#blitzq-no-retry")).to_contain_text("scheduled")
     shot(page, "task-scheduled")

@@ -84,7 +84,10 @@ def test_blocked_event_loop_loses_lease_and_late_ack_is_refused(scenario: Scenar
     # ...and the redelivery it raced with is untouched: still pending, owned by the other.
     (entry,) = scenario.pending()
     assert entry["consumer"].split(":")[1] == str(other.pid) and entry["count"] == 2
-    assert scenario.client.inspect(h.id) is None  # the stale run wrote no record
+    # The stale run wrote no record: what is known is the redelivery, running elsewhere.
+    record = scenario.client.inspect(h.id)
+    assert record is not None and record.state == "running"
+    assert record.worker is not None and record.worker.split(":")[1] == str(other.pid)
 
     record = scenario.client.get_result(h.id, timeout=3 * later)
     assert record.succeeded and record.result == 2

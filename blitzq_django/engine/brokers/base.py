@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from ..core.events import Event
+from ..core.events import Event, peek
 from ..core.names import check_name
 from ..core.record import Record
 from ..errors import ConfigurationError
@@ -20,7 +20,8 @@ DONE = "done"  # acked, final record written
 RETRY = "retry"  # acked, next attempt on the schedule
 DEAD = "dead"  # acked, moved to dead letters
 REQUEUE = "requeue"  # acked, put back on the queue at once
-RUNNING = "running"  # not acked: only the "running" record is written (track_state)
+RUNNING = "running"  # not acked: the "running" record (track_state), its "started" event
+# and its running index entry (core/running.py), each when given
 
 #: Delivery modes (docs/delivery-guarantees.md). Reliable: Redis streams, a lease per
 #: delivery, at-least-once. Fast: Redis lists (LPUSH, RPOP, BRPOP), no lease, at-most-once:
@@ -69,8 +70,10 @@ class Settlement(NamedTuple):
     message_id: str
     record: bytes = b""  # encoded Record to store, or b""
     notify: bool = False  # publish "final record written" for get_result
-    body: bytes = b""  # RETRY/REQUEUE: encoded message; DEAD: encoded dead letter
-    due_ms: int = 0  # RETRY: when the next attempt is due; DEAD: the dead letter's time
+    body: bytes = b""  # RETRY/REQUEUE: encoded message; DEAD: encoded dead letter;
+    # RUNNING: its running index entry, or b"" (see ``indexed``)
+    due_ms: int = 0  # RETRY: when the next attempt is due; DEAD: the dead letter's time;
+    # RUNNING with an entry: how long it is kept (ms)
     state: str = ""  # the record state this settlement means (for stats and events)
     # For the worker's failure hooks once the settlement is written; never sent to the broker.
     failure: Any = None  # Record of the failed attempt
@@ -84,8 +87,12 @@ class Settlement(NamedTuple):
     duration_ms: int | None = None  # an attempt that ran: finished - started
     error_type: str | None = None
     #: write a "started" event at this time (ms) first, in the same atomic step (0: none).
-    #: RUNNING: the time of its own "started" event.
+    #: RUNNING: the time of its own "started" event (0: no event).
     started_ms: int = 0
+    #: its attempt was listed in the running index (core/running.py; a RUNNING settlement
+    #: with a ``body`` lists it): this settlement removes the entry, even when the delivery
+    #: is no longer owned (the entry is this worker's own)
+    indexed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,22 @@ class ScheduledCancel(NamedTuple):
     attempt: int | None = None
 
 
+def ready_holds(replies: Sequence[Any], message_id: str, limit: int
+                ) -> tuple[bool | None, int]:
+    """Read the replies of (each lane's length, then each lane's first ``limit`` encoded
+    messages): whether ``message_id`` is among them (True), is certainly not in the queue
+    (False: every lane was read whole) or may be further back (None); and how many
+    messages the lanes hold."""
+    lanes = len(replies) // 2
+    lengths = [int(n or 0) for n in replies[:lanes]]
+    for head in replies[lanes:]:
+        for payload in head or ():
+            found = peek(payload)
+            if found is not None and found[0] == message_id:
+                return True, sum(lengths)
+    return (False if all(n <= limit for n in lengths) else None), sum(lengths)
+
+
 class Broker(Protocol):
     # producer, sync
     def enqueue(self, items: Sequence[Enqueue]) -> list[str]: ...
@@ -122,6 +145,21 @@ class Broker(Protocol):
     def scheduled_due_ms(self, queue: str, message_id: str) -> int | None: ...
     def scheduled_payload(self, queue: str, message_id: str) -> bytes | None: ...
     def dead_letter(self, queue: str, message_id: str) -> bytes | None: ...
+    def locate(self, queue: str, message_id: str
+               ) -> tuple[Record | None, int | None, bytes | None]:
+        """In one step: the message's record, and when it is scheduled its due time (ms)
+        and encoded message (inspect())."""
+    def find_ready(self, queue: str, message_id: str, limit: int) -> tuple[bool | None, int]:
+        """Whether the message is in the queue (ready, or taken by a worker and not
+        settled), looking at the first ``limit`` of each lane: True, False (certainly
+        not: every lane was read whole) or None (may be further back); and how many
+        messages the queue holds (``ready_holds``)."""
+    def find_running(self, queue: str, message_id: str,
+                     workers: Sequence[str]) -> list[tuple[str, bytes]]:
+        """(worker, entry) of each of ``workers`` whose running index of ``queue`` lists
+        the message (core/running.py)."""
+    def running_entries(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, bytes]]:
+        """The running index of each (queue, worker): message id -> entry."""
     def queue_stats(self, queue: str) -> dict[str, int | None]: ...
     def workers(self, now_ms: int) -> list[bytes]: ...
     def purge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]: ...
@@ -141,6 +179,15 @@ class Broker(Protocol):
     async def aqueue_stats(self, queue: str) -> dict[str, int | None]: ...
     async def aworkers(self, now_ms: int) -> list[bytes]: ...
     async def apurge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]: ...
+    async def adead_letter(self, queue: str, message_id: str) -> bytes | None: ...
+    async def alocate(self, queue: str, message_id: str
+                      ) -> tuple[Record | None, int | None, bytes | None]: ...
+    async def afind_ready(self, queue: str, message_id: str,
+                          limit: int) -> tuple[bool | None, int]: ...
+    async def afind_running(self, queue: str, message_id: str,
+                            workers: Sequence[str]) -> list[tuple[str, bytes]]: ...
+    async def arunning_entries(self, pairs: Sequence[tuple[str, str]]
+                               ) -> list[dict[str, bytes]]: ...
 
     # worker
     async def prepare(self, queues: Sequence[str]) -> None: ...
@@ -160,7 +207,10 @@ class Broker(Protocol):
                       count: int) -> tuple[list[Delivery], list[str]]: ...
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]: ...
     async def retire(self, queues: Sequence[str], consumer: str) -> None: ...
-    async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int) -> None: ...
+    async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int,
+                        queues: Sequence[str] = ()) -> None:
+        """Write the worker's registry entry (expires in ``ttl_ms``), and renew the TTL of
+        its running index in ``queues`` to the same."""
     async def leave(self, name: str) -> None: ...
     async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
         """Remove the consumers that own no pending entry and were idle longer than

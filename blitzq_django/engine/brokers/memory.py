@@ -38,6 +38,7 @@ from .base import (
     ScheduledCancel,
     Settlement,
     check_modes,
+    ready_holds,
 )
 
 
@@ -150,6 +151,10 @@ class MemoryBroker:
         self._entry_ids = itertools.count(1)
         self._waiters: dict[asyncio.AbstractEventLoop, asyncio.Condition] = {}
         self._workers: dict[str, tuple[int, bytes]] = {}  # name -> (expires ms, info)
+        #: running index (core/running.py): (queue, worker) -> message id -> entry, and
+        #: when each (queue, worker) hash expires (monotonic) unless a heartbeat renews it
+        self._running: dict[tuple[str, str], dict[str, bytes]] = {}
+        self._running_expiry: dict[tuple[str, str], float] = {}
         self._readers: dict[str, set[str]] = {}  # queue -> consumers that read it
         self._seen: set[str] = set()  # every queue a message was written to
 
@@ -281,6 +286,33 @@ class MemoryBroker:
         with self._lock:
             return self._queue(queue).dead.get(message_id)
 
+    async def adead_letter(self, queue: str, message_id: str) -> bytes | None:
+        return self.dead_letter(queue, message_id)
+
+    def locate(self, queue: str, message_id: str
+               ) -> tuple[Record | None, int | None, bytes | None]:
+        with self._lock:
+            held = self._queue(queue).schedule.get(message_id)
+            return (self._record(queue, message_id), held[0] if held else None,
+                    held[1] if held else None)
+
+    async def alocate(self, queue: str, message_id: str
+                      ) -> tuple[Record | None, int | None, bytes | None]:
+        return self.locate(queue, message_id)
+
+    def find_ready(self, queue: str, message_id: str, limit: int) -> tuple[bool | None, int]:
+        """As on Redis, where the stream holds the ready and the taken (pending) entries;
+        in memory every one is looked at."""
+        with self._lock:
+            q = self._queue(queue)
+            held = [payload for _entry, payload in q.ready]
+            held += [p.payload for p in q.pending.values()]
+        return ready_holds([len(held), held], message_id, max(limit, len(held)))
+
+    async def afind_ready(self, queue: str, message_id: str,
+                          limit: int) -> tuple[bool | None, int]:
+        return self.find_ready(queue, message_id, limit)
+
     def wait_record(self, queue: str, message_id: str, timeout: float) -> Record | None:
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -347,11 +379,63 @@ class MemoryBroker:
     async def aworkers(self, now_ms: int) -> list[bytes]:
         return self.workers(now_ms)
 
-    async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int) -> None:
+    async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int,
+                        queues: Sequence[str] = ()) -> None:
         with self._lock:
             self._workers[name] = (now_ms + ttl_ms, info)
             for other in [n for n, (exp, _) in self._workers.items() if exp < now_ms]:
                 del self._workers[other]
+            expires = time.monotonic() + ttl_ms / 1000
+            for queue in queues:  # PEXPIRE of its running index hashes on Redis
+                if (queue, name) in self._running_expiry:
+                    self._running_expiry[(queue, name)] = expires
+
+    def _running_of(self, queue: str, worker: str) -> dict[str, bytes]:
+        """The running index hash of ``worker`` in ``queue`` (lock held; empty when there
+        is none): an expired one is dropped first, as Redis would have."""
+        key = (queue, worker)
+        if self._running_expiry.get(key, float("inf")) <= time.monotonic():
+            self._running.pop(key, None)
+            del self._running_expiry[key]
+        return self._running.get(key, {})
+
+    def _list_running(self, queue: str, worker: str, message_id: str, entry: bytes,
+                      ttl_ms: int) -> None:
+        """HSET and PEXPIRE of complete.lua (lock held)."""
+        key = (queue, worker)
+        self._running_of(queue, worker)
+        self._running.setdefault(key, {})[message_id] = entry
+        self._running_expiry[key] = time.monotonic() + ttl_ms / 1000
+
+    def _unlist_running(self, queue: str, worker: str, message_id: str) -> None:
+        """HDEL of complete.lua (lock held); a hash left empty is gone, TTL and all."""
+        key = (queue, worker)
+        index = self._running_of(queue, worker)
+        index.pop(message_id, None)
+        if not index and key in self._running:
+            del self._running[key]
+            self._running_expiry.pop(key, None)
+
+    def running_entries(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, bytes]]:
+        """The running index of each (queue, worker): message id -> entry."""
+        with self._lock:
+            return [dict(self._running_of(queue, worker)) for queue, worker in pairs]
+
+    async def arunning_entries(self, pairs: Sequence[tuple[str, str]]
+                               ) -> list[dict[str, bytes]]:
+        return self.running_entries(pairs)
+
+    def find_running(self, queue: str, message_id: str,
+                     workers: Sequence[str]) -> list[tuple[str, bytes]]:
+        """(worker, entry) of each of ``workers`` listing the message in its running
+        index of ``queue``."""
+        with self._lock:
+            return [(worker, data) for worker in workers
+                    if (data := self._running_of(queue, worker).get(message_id)) is not None]
+
+    async def afind_running(self, queue: str, message_id: str,
+                            workers: Sequence[str]) -> list[tuple[str, bytes]]:
+        return self.find_running(queue, message_id, workers)
 
     async def leave(self, name: str) -> None:
         with self._lock:
@@ -454,15 +538,20 @@ class MemoryBroker:
                 q = self._queue(s.delivery.queue)
                 fast = self.mode_of(s.delivery.queue) == FAST
                 held = q.pending.get(s.delivery.entry_id)
+                if s.indexed:  # its entry is this consumer's own: removed, owned or not
+                    self._unlist_running(s.delivery.queue, consumer, s.message_id)
                 if not fast and (held is None or held.consumer != consumer):
                     replies.append(False)
                     continue
                 if s.kind == RUNNING:
                     if s.record:
                         self._records[(s.delivery.queue, s.message_id)] = (expires, s.record)
-                    if self.events_maxlen:
+                    if s.body:
+                        self._list_running(s.delivery.queue, consumer, s.message_id, s.body,
+                                           s.due_ms)
+                    if self.events_maxlen and s.started_ms:
                         self._append_event(s.delivery.queue, ev.STARTED, s.message_id, s.task,
-                                           s.started_ms or now_ms, s.attempt or None, consumer)
+                                           s.started_ms, s.attempt or None, consumer)
                     replies.append(True)
                     continue
                 q.pending.pop(s.delivery.entry_id, None)

@@ -45,6 +45,7 @@ from .base import (
     ScheduledCancel,
     Settlement,
     check_modes,
+    ready_holds,
 )
 
 log = logging.getLogger("blitzq.broker")
@@ -72,6 +73,16 @@ SEEN_REFRESH_S = 300.0
 
 
 _FINAL = tuple(sorted(FINAL_STATES))
+
+#: (record or None, due ms or None, encoded message or None): what locate() finds.
+Located = tuple[Record | None, int | None, bytes | None]
+
+
+def _located(replies: list[Any]) -> Located:
+    data, lanes = replies[0], (len(replies) - 1) // 2
+    due = next((int(score) for score in replies[1:1 + lanes] if score is not None), None)
+    body = next((b for b in replies[1 + lanes:] if b is not None), None)
+    return Record.from_bytes(data) if data else None, due, body
 
 
 def _now_ms() -> int:
@@ -362,6 +373,63 @@ class RedisBroker:
 
     def dead_letter(self, queue: str, message_id: str) -> bytes | None:
         return self.sync.run(ops.hget(self.keys.queue(queue).dead_letter_data, message_id))
+
+    async def adead_letter(self, queue: str, message_id: str) -> bytes | None:
+        return await self.aio.run(ops.hget(self.keys.queue(queue).dead_letter_data,
+                                           message_id))
+
+    def locate(self, queue: str, message_id: str) -> Located:
+        """The record, and the due time and body when scheduled: one round trip."""
+        return _located(self.sync.run_many(ops.locate(self.keys.queue(queue), message_id)))
+
+    async def alocate(self, queue: str, message_id: str) -> Located:
+        return _located(await self.aio.run_many(ops.locate(self.keys.queue(queue),
+                                                           message_id)))
+
+    def _ready_ops(self, queue: str, limit: int) -> list[Op]:
+        keys, mode = self.keys.queue(queue), self.storage_mode(queue)
+        return [*ops.lane_lengths(keys, mode), *ops.ready_heads(keys, limit, mode)]
+
+    def find_ready(self, queue: str, message_id: str, limit: int) -> tuple[bool | None, int]:
+        """Whether the message is among the first ``limit`` messages of each lane of the
+        queue (waiting, or taken and not settled): see ``ready_holds``."""
+        return ready_holds(self.sync.run_many(self._ready_ops(queue, limit)), message_id,
+                           limit)
+
+    async def afind_ready(self, queue: str, message_id: str,
+                          limit: int) -> tuple[bool | None, int]:
+        return ready_holds(await self.aio.run_many(self._ready_ops(queue, limit)), message_id,
+                           limit)
+
+    # -- the running index (core/running.py) -----------------------------------
+
+    def find_running(self, queue: str, message_id: str,
+                     workers: Sequence[str]) -> list[tuple[str, bytes]]:
+        """(worker, entry) of each of ``workers`` listing the message in its running index
+        of ``queue``: one round trip."""
+        if not workers:
+            return []
+        found = self.sync.run_many(ops.running_entry(self.keys.queue(queue), workers,
+                                                     message_id))
+        return [(w, d) for w, d in zip(workers, found, strict=True) if d]
+
+    async def afind_running(self, queue: str, message_id: str,
+                            workers: Sequence[str]) -> list[tuple[str, bytes]]:
+        if not workers:
+            return []
+        found = await self.aio.run_many(ops.running_entry(self.keys.queue(queue), workers,
+                                                          message_id))
+        return [(w, d) for w, d in zip(workers, found, strict=True) if d]
+
+    def running_entries(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, bytes]]:
+        """The running index of each (queue, worker): message id -> entry; one round trip."""
+        return self.sync.run_many([ops.running_entries(self.keys.queue(q), w)
+                                   for q, w in pairs])
+
+    async def arunning_entries(self, pairs: Sequence[tuple[str, str]]
+                               ) -> list[dict[str, bytes]]:
+        return await self.aio.run_many([ops.running_entries(self.keys.queue(q), w)
+                                        for q, w in pairs])
 
     def wait_record(self, queue: str, message_id: str, timeout: float) -> Record | None:
         """Wait for a final record: woken by pub/sub, re-checking after every wake-up.
@@ -659,8 +727,8 @@ class RedisBroker:
                     # of core/events.py pack(), inlined: this runs for every message.
                     attempt = s.attempt or None
                     if s.kind == RUNNING:
-                        event = pack([STARTED, s.message_id, s.task, s.started_ms or now_ms,
-                                      attempt, consumer, None, None])
+                        event = pack([STARTED, s.message_id, s.task, s.started_ms, attempt,
+                                      consumer, None, None]) if s.started_ms else None
                         started = b""
                     else:
                         if details and (s.failure is not None or s.letter is not None):
@@ -681,6 +749,8 @@ class RedisBroker:
                 else:
                     items.append((s.kind, s.delivery.entry_id, s.message_id, s.record,
                                   int(s.notify), s.body, s.due_ms, s.unique_key))
+                if s.indexed:  # (rare: an attempt that ran past INDEX_DELAY_S)
+                    items[-1] = (*items[-1], *(None,) * (10 - len(items[-1])), 1)
             batch.append(ops.complete(keys, consumer, items, record_ttl=self.record_ttl,
                                       dead_letter_max=self.dead_letter_max, now_ms=now_ms,
                                       token=token, events_maxlen=events_maxlen,
@@ -738,8 +808,13 @@ class RedisBroker:
                                  if self.mode_of(q) != FAST
                                  for lane in self.keys.queue(q).lanes])
 
-    async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int) -> None:
-        await self.aio.run(ops.heartbeat(self.keys, name, info, now_ms, ttl_ms))
+    async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int,
+                        queues: Sequence[str] = ()) -> None:
+        """The registry entry, and the TTL of the worker's running index in ``queues``,
+        in one round trip."""
+        await self.aio.run_many([ops.heartbeat(self.keys, name, info, now_ms, ttl_ms),
+                                 *(ops.keep_running(self.keys.queue(q), name, ttl_ms)
+                                   for q in queues)])
 
     async def leave(self, name: str) -> None:
         await self.aio.run(ops.leave(self.keys, name, _now_ms()))

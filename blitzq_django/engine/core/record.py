@@ -38,6 +38,9 @@ class Record:
     started_ms: int | None = None
     finished_ms: int | None = None
     worker: str | None = None
+    #: when a scheduled message (delayed, ETA, retry backoff) is due, in ms; set by
+    #: inspect(), never stored
+    due_ms: int | None = None
 
     @property
     def is_final(self) -> bool:

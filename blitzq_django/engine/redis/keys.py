@@ -59,6 +59,12 @@ key                                     type      holds
 ``bq:{ns:queue}:mxs``                   hash      metrics: message id -> enqueued ms, until
                                                   its first start (queue latency)
 ``bq:{ns:queue}:ml``                    string    lease of the one metrics folder at a time; PX
+``bq:{ns:queue}:run:<worker>``          hash      running index of one worker: message id ->
+                                                  its attempt (task, attempt, started ms,
+                                                  created ms), for attempts running past
+                                                  RUNNING_INDEX_DELAY_S; removed by their
+                                                  settlement; PX the worker's registry TTL,
+                                                  renewed with each heartbeat
 ``bq:{ns}:workers``                     zset      worker registry: name -> expiry of its entry
 ``bq:{ns}:w:<name>``                    string    one worker's info (WorkerInfo); TTL
 ``bq:{ns}:revoked``                     channel   "<queue> <id>", published by each revocation
@@ -209,6 +215,11 @@ class QueueKeys:
     def metrics_lease(self) -> str:
         """Held by the one metrics folder of this queue at a time."""
         return f"{self.tag}:ml"
+
+    def running(self, worker: str) -> str:
+        """Running index of one worker in this queue (engine/running.py): message id ->
+        its attempt, for attempts running past RUNNING_INDEX_DELAY_S."""
+        return f"{self.tag}:run:{worker}"
 
     @property
     def wake_channel(self) -> str:

@@ -242,8 +242,8 @@ def complete(
     mode: str = "s",
 ) -> Op:
     """Settle deliveries: items are (kind, entry id, message id, record, notify, body, due,
-    unique key), and with events on also (event kind, task, attempt, duration ms, error
-    type, started ms): see complete.lua.
+    unique key), and with events on also (its event, its "started" event), and for an
+    attempt listed in ``consumer``'s running index a last 1: see complete.lua.
 
     ``token`` names this batch: sent again with the same token, it answers as the first
     time and changes nothing. Fast mode (``mode`` "l"): no ownership check and no ack
@@ -253,7 +253,8 @@ def complete(
     return Op(
         script=scripts.COMPLETE,
         keys=(keys.list if fast else keys.stream, keys.schedule, keys.schedule_data,
-              keys.dead_letters, keys.dead_letter_data, keys.receipt(token), keys.events),
+              keys.dead_letters, keys.dead_letter_data, keys.receipt(token), keys.events,
+              keys.running(consumer)),
         args=(GROUP, consumer, record_ttl, dead_letter_max, now_ms, keys.record(""),
               # Old-style msgpack (no bin type): Redis's Lua cmsgpack cannot read bin.
               keys.done_channel(""), msgpack.packb(items, use_bin_type=False),
@@ -419,6 +420,55 @@ def zscore(key: str, member: str) -> Op:
 
 def hget(key: str, field: str) -> Op:
     return Op(command=("HGET", key, field))
+
+
+def locate(keys: QueueKeys, message_id: str) -> list[Op]:
+    """What inspect() reads first, in one round trip: the record, then the message's
+    due time (ms or None) and encoded message (or None) in each lane's schedule."""
+    lanes = keys.lanes
+    return [get(keys.record(message_id)),
+            *(zscore(lane.schedule, message_id) for lane in lanes),
+            *(hget(lane.schedule_data, message_id) for lane in lanes)]
+
+
+def ready_heads(keys: QueueKeys, limit: int, mode: str = "s") -> list[Op]:
+    """The first ``limit`` entries of each lane (reliable: its stream, ready and taken
+    ones; fast: its list), each op's reply a list of encoded messages."""
+    if mode == "l":
+        return [Op(command=("LRANGE", lane.list, -limit, -1)) for lane in keys.lanes]
+    return [Op(command=("XRANGE", lane.stream, "-", "+", "COUNT", limit),
+               parse=lambda reply: [_field(fields, b"m") for _entry, fields in reply or []])
+            for lane in keys.lanes]
+
+
+def lane_lengths(keys: QueueKeys, mode: str = "s") -> list[Op]:
+    return [Op(command=("LLEN" if mode == "l" else "XLEN",
+                        lane.list if mode == "l" else lane.stream)) for lane in keys.lanes]
+
+
+# -- the running index (core/running.py) --------------------------------------------
+
+
+def running_entry(keys: QueueKeys, workers: Sequence[str], message_id: str) -> list[Op]:
+    """The message's entry in each worker's running index of the queue (None where not)."""
+    return [hget(keys.running(worker), message_id) for worker in workers]
+
+
+def running_entries(keys: QueueKeys, worker: str) -> Op:
+    """Every entry of one worker's running index of the queue: message id -> entry."""
+    return Op(command=("HGETALL", keys.running(worker)), parse=_pairs)
+
+
+def keep_running(keys: QueueKeys, worker: str, ttl_ms: int) -> Op:
+    """Renew the TTL of one worker's running index of the queue (with its heartbeat)."""
+    return Op(command=("PEXPIRE", keys.running(worker), ttl_ms))
+
+
+def _pairs(reply: Any) -> dict[str, bytes]:
+    if isinstance(reply, dict):
+        return {_text(k): v for k, v in reply.items()}
+    items = list(reply or [])
+    return {_text(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
 
 
 # -- workers and stats ----------------------------------------------------------

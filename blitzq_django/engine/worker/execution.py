@@ -54,7 +54,6 @@ class Executor:
         self._name = worker.name
         self._lease_s = worker.config.visibility_timeout
         self._settle = worker.settle
-        self._start_events = worker.policy.start_with_outcome
         self._flusher = worker.flusher
         self._revoked = worker.revocations.ids  # one set for the worker's life
         self._threads = worker.threads
@@ -141,8 +140,10 @@ class Executor:
         timeout = message.timeout or spec.timeout
         if self._policy.track_state:
             self._worker.flusher.add(outcome.running(delivery, message, now_ms(), self._policy))
-        elif self._start_events and self._flusher.sleeping:
-            self._flusher.wake()  # to write its "started" event if it runs long (flusher.py)
+        elif self._flusher.sleeping:
+            # to list it in the running index (and write its "started" event) if it runs
+            # long (flusher.py)
+            self._flusher.wake()
         if spec.is_async:
             runner = _start_task(self._run_async(held, context, timeout))
             if not runner.done():  # an eager runner that never suspended is already settled

@@ -8,37 +8,38 @@ ack + dead letter).
 Every settlement handed over ends in exactly one report to ``on_settled``:
 written (True), refused because the lease is lost (False), or given up (None).
 
-Started events (when the broker writes events and no running record is written at
-an attempt's start): an attempt that ends within about START_EVENT_DELAY_S (almost
-all of them) has its "started" event written by its outcome's settlement, in the same
-step. Every START_EVENT_DELAY_S the flusher asks the worker (``starts``) for the
-attempts running longer than that whose event is not written, and writes a
-started-only settlement for each, ownership-checked like any other: a long attempt
-shows as started while it runs, and nothing is paid per message for it.
+Long attempts: every START_EVENT_DELAY_S the flusher asks the worker (``starts``) for
+the attempts running longer than that and not seen yet, and writes a settlement of
+kind running for each, ownership-checked like any other: it lists the attempt in the
+worker's running index (core/running.py), so every running task can be seen without
+track_state, and writes its "started" event when events are on and no running record
+was written at its start. An attempt that ends sooner (almost all of them) is never
+listed, and has its "started" event written by its outcome's settlement, in the same
+step: nothing is paid per message for either.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable
 
 from ..brokers.base import Broker, Settlement
+from ..core.running import INDEX_DELAY_S
 from ..errors import BrokerUnavailable
 
 log = logging.getLogger("blitzq.worker")
 
 MAX_PER_WRITE = 1000
-#: An attempt still running this long after it started gets its "started" event written
-#: on its own (within about twice this); a shorter one has it written with its outcome
-#: (one item, not two).
-START_EVENT_DELAY_S = 0.1
+#: An attempt still running this long after it started is listed in the running index
+#: and gets its "started" event written on its own (within about twice this); a shorter
+#: one has it written with its outcome (one item, not two).
+START_EVENT_DELAY_S = INDEX_DELAY_S
 
-#: Called every START_EVENT_DELAY_S: the started-only settlements due, and whether an
-#: attempt is still running with its "started" event unwritten (then call again).
+#: Called every START_EVENT_DELAY_S: the settlements listing the long attempts due, and
+#: whether an attempt is still running unlisted (then call again).
 Starts = Callable[[], tuple[list[Settlement], bool]]
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0
 MAX_REFUSALS = 5
@@ -62,7 +63,8 @@ class Flusher:
         self._writing = 0  # settlements taken from the buffer, not yet reported
         self._starts = starts
         self._next_scan = 0.0  # monotonic time of the next call of starts()
-        self._watch = False  # an attempt runs with its "started" event unwritten
+        self._watch = False  # an attempt runs unlisted (see Starts)
+        self._timer: asyncio.TimerHandle | None = None  # wakes run() for the next look
         #: waiting with no deadline (nothing to write, no start to watch): wake() it when
         #: an attempt starts
         self.sleeping = False
@@ -70,8 +72,12 @@ class Flusher:
     def wake(self) -> None:
         self._ready.set()
 
+    def _look(self) -> None:
+        self._timer = None
+        self._ready.set()
+
     def _due_starts(self) -> list[Settlement]:
-        """Started-only settlements of the attempts running past START_EVENT_DELAY_S (the
+        """The settlements listing the attempts running past START_EVENT_DELAY_S (the
         worker is asked at most once per START_EVENT_DELAY_S)."""
         now = time.monotonic()
         if self._starts is None or self._closing or now < self._next_scan:
@@ -94,12 +100,19 @@ class Flusher:
             starts = self._due_starts()
             if not self._buffer and not starts:
                 if self._closing:
+                    if self._timer is not None:
+                        self._timer.cancel()
+                        self._timer = None
                     return
                 self._ready.clear()
                 if self._watch and not self._closing:
-                    wait = max(0.0, self._next_scan - time.monotonic())
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._ready.wait(), wait)
+                    # Until the next write or the next look: one timer, kept across
+                    # wake-ups (a wait_for each time the flusher catches up costs a task
+                    # and a timer per batch)
+                    if self._timer is None:
+                        self._timer = asyncio.get_running_loop().call_later(
+                            max(0.0, self._next_scan - time.monotonic()), self._look)
+                    await self._ready.wait()
                 else:
                     self.sleeping = True
                     try:

@@ -68,7 +68,9 @@ class Held:
         self.cancelled = False  # revoked while running (current_task().cancelled)
         self.slots = slots  # its queue's share
         self.started_ms = 0  # when its attempt's body began (wall ms); 0: not yet
-        self.start_written = False  # its "started" event went on its own (flusher.py)
+        #: listed in the running index (with its "started" event, if that goes on its
+        #: own) by the flusher while it ran (flusher.py)
+        self.start_written = False
 
     def __repr__(self) -> str:
         return f"<Held {self.key[1]!r} on {self.key[0]!r} {self.state}>"

@@ -14,6 +14,7 @@ from ..core.deadletter import DeadLetter, malformed_id
 from ..core.events import peek
 from ..core.message import DEFAULT_MAX_MESSAGE_SIZE, Message, encode
 from ..core.record import DEFAULT_MAX_RESULT_SIZE, Record, encode_success
+from ..core.running import entry as running_entry
 from ..core.task import TaskSpec
 from ..errors import MAX_RETRY_DELAY_S, ResultTooLarge
 
@@ -188,11 +189,18 @@ def running(delivery: Delivery, message: Message, started_ms: int, policy: Polic
                       task=message.task, attempt=message.attempt, started_ms=started_ms)
 
 
-def started(delivery: Delivery, message: Message, started_ms: int) -> Settlement:
-    """Only the "started" event of an attempt still running (no record: track_state off),
-    written on its own, ownership-checked like a running record (see flusher.py)."""
-    return Settlement(delivery, RUNNING, message.id, state=states.RUNNING, task=message.task,
-                      attempt=message.attempt, started_ms=started_ms)
+def started(delivery: Delivery, message: Message, started_ms: int, policy: Policy,
+            index_ttl_ms: int) -> Settlement:
+    """What an attempt still running past INDEX_DELAY_S writes on its own (flusher.py),
+    ownership-checked like a running record: its entry in the worker's running index
+    (core/running.py), kept ``index_ttl_ms``, and its "started" event unless that is
+    written otherwise (events off, or with its running record under track_state)."""
+    return Settlement(delivery, RUNNING, message.id,
+                      body=running_entry(message.task, message.attempt, started_ms,
+                                         message.created_ms),
+                      due_ms=index_ttl_ms, state=states.RUNNING, task=message.task,
+                      attempt=message.attempt,
+                      started_ms=started_ms if policy.start_with_outcome else 0)
 
 
 def requeued(delivery: Delivery, message: Message | None, policy: Policy) -> Settlement:

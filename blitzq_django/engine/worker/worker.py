@@ -163,7 +163,7 @@ class Worker:
             self.notifier = Notifier(self, self.listeners, self.pool)
             on_settled = self.notifier.wrap(on_settled)
         self.flusher = Flusher(self.broker, self.name, on_settled, self._fallback,
-                               self._unwritten_starts if self._start_with_outcome else None)
+                               self._unwritten_starts)
         self.revocations = Revocations(self)  # before the parts that read its set
         self.executor = (Executor(self) if self.notifier is None
                          else ObservedExecutor(self, self.notifier))
@@ -316,18 +316,25 @@ class Worker:
 
     # -- the registry ------------------------------------------------------------
 
+    @property
+    def registry_ttl_ms(self) -> int:
+        """How long this worker's registry entry (and running index) outlives its last
+        heartbeat."""
+        return int(max(3 * self.config.heartbeat_s, REGISTRY_MIN_TTL_S) * 1000)
+
     async def beat(self) -> None:
         """Write this worker's entry in the registry (client.workers()); it expires
-        unless written again, so a killed worker leaves the list on its own."""
+        unless written again, so a killed worker leaves the list on its own, and its
+        running index (core/running.py) with it."""
         now = now_ms()
-        ttl_ms = int(max(3 * self.config.heartbeat_s, REGISTRY_MIN_TTL_S) * 1000)
+        ttl_ms = self.registry_ttl_ms
         info = WorkerInfo(name=self.name, host=socket.gethostname(), pid=os.getpid(),
                           queues=list(self.queues), concurrency=self.config.concurrency,
                           running=self.inflight.running, processed=self._settled_count,
                           started_ms=self._started_ms, heartbeat_ms=now,
                           expires_ms=now + ttl_ms, version=_version())
         try:
-            await self.broker.heartbeat(self.name, info.to_bytes(), now, ttl_ms)
+            await self.broker.heartbeat(self.name, info.to_bytes(), now, ttl_ms, self.queues)
         except (BlitzqError, OSError) as exc:  # the registry is for people; serving goes on
             log.warning("worker heartbeat failed: %s", exc)
 
@@ -376,10 +383,14 @@ class Worker:
     def settle(self, held: Held, settlement: Settlement) -> None:
         """Hand a held delivery's settlement to the flusher (its slot comes back now)."""
         if self.inflight.settling(held):
-            if self._start_with_outcome:
-                # Its attempt's "started" event goes with this settlement, unless it went on
-                # its own while the attempt ran (flusher.py) or the attempt never began.
-                if held.start_written or not held.started_ms:
+            if held.start_written:
+                # A long attempt: it is in the running index, and its "started" event (if
+                # any) went on its own (flusher.py). The settlement removes the entry.
+                settlement = settlement._replace(started_ms=0, indexed=True)
+            elif self._start_with_outcome:
+                # Its attempt's "started" event goes with this settlement, unless the
+                # attempt never began.
+                if not held.started_ms:
                     if settlement.started_ms:
                         settlement = settlement._replace(started_ms=0)
                 elif settlement.kind == REQUEUE and not settlement.started_ms:
@@ -389,18 +400,21 @@ class Worker:
                 self._room.set()  # _drain waits for running attempts to end
 
     def _unwritten_starts(self) -> tuple[list[Settlement], bool]:
-        """For the flusher, every START_EVENT_DELAY_S: started-only settlements of the
-        attempts running longer than that with their "started" event unwritten, and
-        whether any other attempt runs with it unwritten (to look again)."""
+        """For the flusher, every START_EVENT_DELAY_S: the settlements listing in the
+        running index (and with events on, without track_state, writing the "started"
+        event of) each attempt running longer than that and not listed yet, and whether
+        any other attempt runs unlisted (to look again)."""
         due: list[Settlement] = []
         watch = False
         limit = now_ms() - int(START_EVENT_DELAY_S * 1000)
+        ttl_ms = self.registry_ttl_ms
         for held in self.inflight.in_state(EXECUTING):
             if held.start_written:
                 continue
             if held.started_ms and held.started_ms <= limit:
                 held.start_written = True
-                due.append(outcome.started(held.delivery, held.message, held.started_ms))
+                due.append(outcome.started(held.delivery, held.message, held.started_ms,
+                                           self.policy, ttl_ms))
             else:
                 watch = True
         return due, watch

@@ -7,7 +7,7 @@
   if (!root) { return; }
   var WINDOW_S = 900, POLL_MS = 2000;
   var state = { series: {}, queues: {}, workers: [], failures: [], seen: {}, now: Date.now(),
-                offset: 0 };
+                offset: 0, running: [], runningTotal: 0 };
   // Whether Redis has been read (state.read) and why it cannot be now (failing): with
   // Redis down the page says so and shows no number as if it were known (docs/dashboard.md).
   state.read = false;
@@ -77,8 +77,13 @@
     (msg.series || []).forEach(function (p) { state.series[p[0]] = [p[1], p[2]]; });
     if (msg.queues && (state.read || !failing)) { state.queues = msg.queues; }
     if (msg.workers) { state.workers = msg.workers; }
+    if (msg.running) {
+      state.running = msg.running;
+      state.runningTotal = msg.running_total || msg.running.length;
+    }
     if (msg.queues || was !== failing) { renderQueues(); }
     if (msg.workers || was !== failing) { renderWorkers(); }
+    if (msg.running || was !== failing) { renderRunning(); }
     (msg.failures || []).forEach(function (f) {
       if (!state.seen[f.cursor]) { state.seen[f.cursor] = true; state.failures.unshift(f); }
     });
@@ -165,6 +170,58 @@
       rows.appendChild(state.read ? emptyRow(6, "No live workers.") : unknown(6));
     }
     body.replaceChildren(rows);
+  }
+
+  function renderRunning() {
+    var body = $("bq-running").tBodies[0], rows = document.createDocumentFragment();
+    var history = root.getAttribute("data-history-url");
+    state.running.forEach(function (r) {
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-id", r.id);
+      tr.appendChild(cell("td", r.task, "bq-task"));
+      var id = cell("td", "", "bq-task-id");
+      if (history) {
+        var a = cell("a", r.id);
+        a.href = history + "?q=" + encodeURIComponent(r.id);
+        id.appendChild(a);
+      } else { id.textContent = r.id; }
+      tr.appendChild(id);
+      tr.appendChild(cell("td", r.queue, "bq-queue"));
+      tr.appendChild(cell("td", r.worker + (r.attempt > 1 ? " (attempt " + r.attempt + ")" : ""),
+                          "bq-worker"));
+      var since = cell("td", "", "bq-since");
+      since.setAttribute("data-started", String(r.started_ms));
+      tr.appendChild(since);
+      var td = cell("td", "", "bq-progress"), p = r.progress;
+      if (p) {
+        var counts = fmt(p.done) + (p.total !== null && p.total !== undefined
+          ? " / " + fmt(p.total) : "");
+        if (p.fraction !== null && p.fraction !== undefined) {
+          var bar = document.createElement("span"), fill = document.createElement("span");
+          bar.className = "bq-meter";
+          fill.style.width = Math.round(p.fraction * 100) + "%";
+          bar.appendChild(fill);
+          td.appendChild(bar);
+          counts = " " + Math.round(p.fraction * 100) + " % (" + counts + ")";
+        }
+        td.appendChild(document.createTextNode(counts + (p.note ? " · " + p.note : "")));
+      } else { td.textContent = "–"; }
+      tr.appendChild(td);
+      rows.appendChild(tr);
+    });
+    if (!state.running.length) {
+      rows.appendChild(state.read ? emptyRow(6, "Nothing running.") : unknown(6));
+    }
+    body.replaceChildren(rows);
+    text($("bq-running-total"), state.runningTotal > state.running.length
+      ? "(" + fmt(state.runningTotal) + " in all)" : "");
+    tickRunning();
+  }
+
+  function tickRunning() {  // "running for" moves on between updates
+    var now = Date.now() - state.offset;
+    Array.prototype.forEach.call(document.querySelectorAll("#bq-running td.bq-since"),
+      function (td) { text(td, span(Math.max(0, now - Number(td.getAttribute("data-started"))))); });
   }
 
   function renderFailures() {
@@ -326,5 +383,6 @@
   }
   window.addEventListener("resize", scheduleDraw);
   window.setInterval(scheduleDraw, 1000);  // the time axis moves on even when idle
+  window.setInterval(tickRunning, 1000);
   connect(1000);
 }());

@@ -1,6 +1,8 @@
 -- complete: settle a batch of deliveries of one queue (group commit). Each item
 -- is atomic on its own: ownership check, then either
---   running -> the "running" record only (track_state); no ack
+--   running -> no ack; the "running" record (track_state), the "started" event and the
+--              attempt's entry in this worker's running index (core/running.py), each
+--              when given
 -- or an ack and exactly one of
 --   done    -> record + notification
 --   retry   -> next attempt on the schedule (+ record)
@@ -33,14 +35,19 @@
 --
 -- KEYS[1] stream (fast mode: list)  KEYS[2] schedule  KEYS[3] schedule data  KEYS[4] dead letters
 -- KEYS[5] dead letter data  KEYS[6] this batch's receipt  KEYS[7] events stream
+-- KEYS[8] this consumer's running index in this queue (a hash: message id -> entry)
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] record ttl s  ARGV[4] dead_letter_max
 -- ARGV[5] now ms  ARGV[6] record key prefix  ARGV[7] notification channel prefix
 -- ARGV[8] msgpack array of items, each an array:
 --   {kind, entry id, message id, encoded record or "", notify 0|1,
 --    encoded message (retry/requeue) or dead letter (dead) or "",
 --    due ms (retry) or dead-letter time ms (dead) or 0, unique key or nil,
---    and with events on: its event (an encoded "e" field), and its attempt's encoded
---    "started" event to append first, or ""}
+--    and with events on: its event (an encoded "e" field, or nil: none), and its
+--    attempt's encoded "started" event to append first, or "";
+--    then 1 when its attempt is listed in the running index (its entry is removed,
+--    owned or not: the entry is this consumer's own), else absent}
+-- A running item's encoded message is its running index entry ("" none) and its due
+-- ms how long that entry's hash is kept (PEXPIRE, renewed by the worker's heartbeat).
 -- (One msgpack argument instead of seven per item: encoding arguments was the
 -- worker's biggest per-message cost.) Record keys and channels are prefix .. id;
 -- the prefixes carry the queue's hash tag, so every key stays in this slot.
@@ -96,11 +103,18 @@ local replies, acks = {}, {}
 for i, item in ipairs(items) do
   local kind, entry, id, record, notify, body, due =
     item[1], item[2], item[3], item[4], item[5], item[6], item[7]
+  if item[11] then
+    redis.call("HDEL", KEYS[8], id)
+  end
   if not owned[entry] then
     replies[i] = 0
   elseif kind == "running" then
     if record ~= "" then
       redis.call("SET", record_prefix .. id, record, "EX", ttl)
+    end
+    if body ~= "" then
+      redis.call("HSET", KEYS[8], id, body)
+      redis.call("PEXPIRE", KEYS[8], due)
     end
     if maxlen > 0 and item[9] then
       redis.call("XADD", KEYS[7], "*", "e", item[9])
