@@ -67,6 +67,9 @@ RETRY_NOTE = ("Retry enqueues a new message (a new task id) with this task's exa
               "id, a fresh attempt budget), while the dead letter is kept in Redis.")
 
 
+SCHEDULED_REFUSAL = "it is scheduled: it runs at its due time (cancel it, or wait)"
+
+
 def retry_refusal(record: TaskRecord) -> str | None:
     """Why Retry cannot re-send ``record``'s message as it was, or None when it can.
 
@@ -76,7 +79,7 @@ def retry_refusal(record: TaskRecord) -> str | None:
     finished (it will run anyway: a retry would run it twice), nor one this process
     cannot enqueue."""
     if record.state == "scheduled":
-        return "it is scheduled: it runs at its due time (cancel it, or wait)"
+        return SCHEDULED_REFUSAL
     if not record.is_final:
         return f"it has not finished ({record.state}): it runs anyway, a retry would run it twice"
     if conf.registry.find(record.task_name) is None:
@@ -376,10 +379,12 @@ class TaskRecordAdmin(admin.ModelAdmin):
         if record is not None and self.has_view_permission(request):
             with engine_errors(request, "Redis could not be asked for the live state"):
                 live = live_context(record)
-        # A scheduled message has not run yet: a retry would only run it twice.
-        scheduled = bool(live and live.get("scheduled"))
         context = {**(extra_context or {}), "blitzq_live": live,
-                   "can_retry": self.has_retry_permission(request) and not scheduled,
+                   "can_retry": self.has_retry_permission(request),
                    "can_cancel": self.has_cancel_permission(request)}
         context.update(self._retry_context(request, object_id))
+        if live and live.get("scheduled") and not context.get("retry_refusal"):
+            # Redis says scheduled before the history row does: it has not run yet, and
+            # a retry would run it twice.
+            context["retry_refusal"] = SCHEDULED_REFUSAL
         return super().change_view(request, object_id, form_url, context)
