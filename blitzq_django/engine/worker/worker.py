@@ -28,7 +28,7 @@ from ..core import deadletter as reasons
 from ..core import record as states
 from ..core.registry import WorkerInfo
 from ..errors import BlitzqError, BrokerUnavailable
-from . import outcome
+from . import outcome, supervision
 from .config import WorkerConfig
 from .execution import Executor, now_ms
 from .fetching import Intake
@@ -133,6 +133,7 @@ class Worker:
         self.stopping_event = self._stopping  # for the hot path: one call, not two
         self._forced = False
         self._stop_requested = False
+        self._signalled_at: float | None = None  # monotonic time of the first stop signal
         #: stopped by max_tasks or max_memory_mb (a supervisor should start a new one)
         self.recycled = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -180,6 +181,7 @@ class Worker:
         try:
             if not await self._prepare():
                 return self.stats
+            supervision.notify_ready()
             log.info("worker %s serving %s (concurrency %d)", self.name, ",".join(self.queues),
                      self.config.concurrency)
             await self.beat()
@@ -271,19 +273,38 @@ class Worker:
         self._room.set()  # the fetch loop may be waiting for room
 
     def _install_signals(self) -> None:
+        """SIGTERM/SIGINT stop gracefully. Alone, a second one (not the repeat of the
+        first that ``timeout`` sends) forces the exit; under a supervisor each one is the
+        same graceful request, and the supervisor's FORCE_SIGNAL forces (supervision.py)."""
         loop = asyncio.get_running_loop()
+        supervised = supervision.supervised()
 
         def on_signal(signum: int) -> None:
-            if self._stopping.is_set():
-                log.warning("second %s: forcing exit", signal.Signals(signum).name)
-                self._forced = True
-                self._room.set()
+            name = signal.Signals(signum).name
+            now, first = time.monotonic(), self._signalled_at
+            if first is not None:
+                if supervised or now - first < supervision.REPEAT_WINDOW_S:
+                    log.debug("%s: stopping already", name)
+                else:
+                    self._force(f"second {name}")
                 return
-            log.info("%s: stopping gracefully (again to force)", signal.Signals(signum).name)
+            self._signalled_at = now
+            log.info("%s: stopping gracefully%s", name, "" if supervised else " (again to force)")
             self._begin_stop()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
+        if supervised:
+            loop.add_signal_handler(supervision.FORCE_SIGNAL, self._force,
+                                    "the supervisor's " + supervision.FORCE_SIGNAL.name)
+        # Blocked since the start under a supervisor: a stop sent meanwhile arrives now.
+        supervision.unblock_stop_signals()
+
+    def _force(self, why: str) -> None:
+        log.warning("%s: forcing exit", why)
+        self._signalled_at = self._signalled_at or time.monotonic()
+        self._forced = True
+        self._begin_stop()
 
     async def _drain(self) -> None:
         """Wait for running attempts up to shutdown_timeout; requeue what is left."""
