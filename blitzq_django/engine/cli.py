@@ -132,7 +132,10 @@ def _queue_cap(item: str) -> tuple[str, int]:
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:
-    """The same command line without the supervisor's own option."""
+    """The same command line as one worker process: without the supervisor's own option,
+    and with ``--processes 1`` last (the last one wins), so that neither an option spelled
+    another way (``-p2``, ``--proc 2``) nor a PROCESSES setting makes the child a
+    supervisor of its own."""
     out: list[str] = []
     skip = False
     for arg in argv:
@@ -145,7 +148,24 @@ def child_argv(argv: Sequence[str]) -> list[str]:
         if arg.startswith("--processes="):
             continue
         out.append(arg)
-    return out
+    return [*out, "--processes", "1"]
+
+
+def relaunch_command() -> list[str]:
+    """The command line that started this process, to start another one like it.
+
+    ``sys.argv`` alone is not it: under ``python -m django`` its first item is the path of
+    Django's ``__main__.py``, and running that path as a script puts Django's package
+    directory first on ``sys.path`` (its ``http`` package then shadows the standard
+    library's: the child dies at import). ``sys.orig_argv`` keeps ``-m django`` and the
+    interpreter's own options (``-X``, ``-W``, ``-u``).
+    """
+    original = list(getattr(sys, "orig_argv", ()))
+    args = sys.argv[1:]
+    cut = len(original) - len(args)
+    if cut >= 1 and original[cut:] == args:
+        return [sys.executable, *original[1:cut], *args]
+    return [sys.executable, *sys.argv]  # sys.argv was changed after the start: the best guess
 
 
 def run(client: Client, config: WorkerConfig, processes: int, argv: Sequence[str],

@@ -154,8 +154,9 @@ class Command(BaseCommand):
         """``--processes N``: N children, each this same command without --processes. A
         history writer process is started once, here, and the children run none (with
         HISTORY_WRITER "thread", each child runs its own, one of which writes)."""
+        # Started the way this process was (manage.py, django-admin, python -m django).
         # --no-reload: under DEBUG each child would otherwise become a reloader of its own.
-        argv = [sys.executable, *sys.argv, "--no-reload"]
+        argv = [*cli.relaunch_command(), "--no-reload"]
         here = merged["HISTORY_WRITER"] == "process" and options["history"]
         if here:
             argv.append("--no-history")
@@ -166,8 +167,9 @@ class Command(BaseCommand):
         finally:
             if companions is not None:
                 companions.stop()
-        if code:
-            raise CommandError(f"a worker process exited with status {code}")
+        if code:  # forced, or a child that kept failing to start: logged above
+            raise CommandError(f"the worker processes stopped with exit status {code} (see "
+                               "the log above)")
 
     @staticmethod
     def _queues(given: list[str], merged: dict[str, Any]) -> tuple[str, ...]:
