@@ -159,6 +159,10 @@ DEFAULTS: dict[str, Any] = {
     # A token that lets a scraper read /metrics and the JSON stats with the header
     # "Authorization: Bearer <token>" (docs/metrics.md); None: staff sessions only.
     "METRICS_TOKEN": None,
+    # Seconds a `def` task's thread may run on after its timeout raised TimeLimitExceeded
+    # in it (a blocking call Python cannot interrupt); then the worker process recycles
+    # (runworker --time-limit-grace overrides it; docs/failures.md).
+    "TIME_LIMIT_GRACE": 5.0,
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -216,6 +220,7 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "PERIODIC": ((dict,), "a dict of schedule name -> {'task': ..., 'cron' or 'every': ...}"),
     "PROGRESS_PERMISSION": ((str,), "a dotted path to a function (user, task) -> bool"),
     "METRICS_TOKEN": ((str, type(None)), "a string or None"),
+    "TIME_LIMIT_GRACE": (_NUMBER, "a number of seconds"),
 }
 #: key -> the engine's rule for the value (type, range, finite): the same one the
 #: engine applies when it is handed the value, so the check and the use agree.
@@ -240,6 +245,7 @@ LIMITS: dict[str, limits.Limit] = {
     "SHUTDOWN_TIMEOUT": limits.LIMITS["shutdown_timeout"],
     "OUTBOX_INTERVAL": limits.Limit(False, 0.01, 60),
     "OUTBOX_BATCH": limits.Limit(True, 1, 1000),
+    "TIME_LIMIT_GRACE": limits.LIMITS["time_limit_grace"],
 }
 
 #: The one registry of this process: @blitzq_task adds to it, every client built here

@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .client import Client
 from .core import limits
 from .core.names import name_problem
 from .errors import BlitzqError, BrokerError, ConfigurationError
 from .supervisor import EXIT_RECYCLE, Supervisor
-from .worker import Worker, WorkerConfig
+from .worker import Worker, WorkerConfig, supervision
+
+log = logging.getLogger("blitzq.worker")
 
 
 def number(name: str) -> Callable[[str], int | float]:
@@ -67,6 +70,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     add("--visibility-timeout", type=number("visibility_timeout"), default=None)
     add("--max-deliveries", type=number("max_deliveries"), default=None)
     add("--shutdown-timeout", type=number("shutdown_timeout"), default=None)
+    add("--time-limit-grace", type=number("time_limit_grace"), default=None, metavar="SECONDS",
+        help="how long a def task's thread may run on past its timeout before the worker "
+             "process recycles itself (default 5)")
     add("--no-promote", action="store_true", help="do not move due scheduled messages")
     add("--name", default=None, help="consumer name (default host:pid:random)")
 
@@ -83,7 +89,7 @@ def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = Non
     if caps:
         values["queue_concurrency"] = {**values.get("queue_concurrency", {}), **caps}
     for field in ("concurrency", "prefetch", "threads", "batch_size", "visibility_timeout",
-                  "max_deliveries", "shutdown_timeout", "name"):
+                  "max_deliveries", "shutdown_timeout", "name", "time_limit_grace"):
         if options.get(field) is not None:
             values[field] = options[field]
     values["burst"] = bool(options.get("burst"))
@@ -176,7 +182,24 @@ def run(client: Client, config: WorkerConfig, processes: int, argv: Sequence[str
                           burst=config.burst).run()
     worker = Worker(client, config, **worker_kwargs)
     asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
+    if worker.lost_slot and not supervision.supervised():
+        restart_in_place([*argv, "--processes", "1"])
     return exit_code(worker)
+
+
+def restart_in_place(argv: Sequence[str]) -> NoReturn:
+    """Start afresh as ``argv`` in this very process (``exec``: the same pid, so systemd,
+    a container runtime or runworker's --reload parent go on watching it), leaving a
+    thread that could not be stopped behind. SIGINT and SIGTERM stay blocked across the
+    exec: one sent meanwhile waits, pending, for the new worker's handlers."""
+    log.warning("starting a fresh worker in this process (pid %d): %s", os.getpid(),
+                " ".join(argv))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    supervision.block_stop_signals()
+    os.execv(argv[0], list(argv))
 
 
 def exit_code(worker: Worker) -> int:

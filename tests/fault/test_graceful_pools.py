@@ -11,12 +11,9 @@ tests/fault/pool_app (pool_settings.py); the producer enqueues by task name.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,95 +23,13 @@ import pytest
 from blitzq_django.engine.worker.supervision import REPEAT_WINDOW_S
 
 from ..support.waiting import wait_until
-from .harness import ROOT, Scenario
+from .harness import Scenario
+from .pools import PY, producer, serving, started
 
 pytestmark = pytest.mark.fault
 
-PY = sys.executable
 DJANGO_ADMIN = str(Path(PY).with_name("django-admin"))
 TASK_S = 3.0
-
-
-class Pool:
-    """A command in a process group of its own (``start_new_session``), output in a file."""
-
-    def __init__(self, scenario: Scenario, command: list[str], env: dict[str, str],
-                 name: str = "pool") -> None:
-        self.log = scenario.tmp / f"{name}.log"
-        self._out = open(self.log, "ab")  # noqa: SIM115 - closed in wait()/kill()
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._out,
-                                        stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
-        self.pgid = self.process.pid
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def signal_group(self, signum: int) -> None:
-        os.killpg(self.pgid, signum)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"still running after {timeout} s:\n{self.text()}") from None
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pgid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            self.process.wait(10)
-        self._out.close()
-
-
-DJANGO_ENV = {"DJANGO_SETTINGS_MODULE": "tests.fault.pool_settings", "DJANGO_DEBUG": "0",
-              "PYTHONPATH": str(ROOT)}
-
-
-@pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A migrated SQLite database (history and outbox tables) for the module's pools."""
-    path = str(tmp_path_factory.mktemp("pools") / "db.sqlite3")
-    subprocess.run([PY, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True, timeout=300,
-                   env={**os.environ, **DJANGO_ENV, "BLITZQ_SQLITE": path})
-    return path
-
-
-@pytest.fixture
-def pools(scenario: Scenario, database: str) -> Any:
-    started: list[Pool] = []
-
-    def start(command: list[str], env: dict[str, str] | None = None) -> Pool:
-        env = {**scenario.env, **DJANGO_ENV, "BLITZQ_SQLITE": database, **(env or {})}
-        pool = Pool(scenario, command, env, name=f"pool{len(started)}")
-        started.append(pool)
-        return pool
-
-    yield start
-    for pool in started:
-        pool.kill()
-
-
-def producer(scenario: Scenario) -> Any:
-    """The pool_app task, for enqueueing by name from this process."""
-    @scenario.client.task(name="pool.sleep")
-    def sleep(seconds: float) -> float:
-        raise AssertionError("runs in the pool")
-
-    return sleep
-
-
-def serving(scenario: Scenario, pool: Pool, count: int, timeout: float = 60) -> None:
-    def ready() -> bool:
-        assert pool.process.poll() is None, f"the pool exited:\n{pool.text()}"
-        return len(scenario.client.workers()) >= count
-
-    wait_until(ready, timeout, interval=0.1, message=f"{count} worker processes to serve")
-
-
-def started(scenario: Scenario, message_id: str) -> None:
-    wait_until(lambda: any(x.phase == "start" for x in scenario.ledger.of(message_id)), 30,
-               interval=0.02, message="the task to start")
 
 
 def runworker(*args: str) -> list[str]:

@@ -43,6 +43,7 @@ from .promotion import promote_all_due, promote_loop
 from .ratelimit import RateGate
 from .revocations import Revocations
 from .threads import TaskThreads
+from .timelimits import TimeLimit, TimeLimits
 
 log = logging.getLogger("blitzq.worker")
 
@@ -136,6 +137,9 @@ class Worker:
         self._signalled_at: float | None = None  # monotonic time of the first stop signal
         #: stopped by max_tasks or max_memory_mb (a supervisor should start a new one)
         self.recycled = False
+        #: recycled because a `def` task's thread ran on past its time limit and grace: a
+        #: slot is lost for good, so a process of its own starts afresh (cli.py)
+        self.lost_slot = False
         self._loop: asyncio.AbstractEventLoop | None = None
         # Built in run(): they belong to its loop.
         self.pool: ThreadPoolExecutor
@@ -159,6 +163,8 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self.pool = ThreadPoolExecutor(self.config.thread_count, thread_name_prefix="blitzq")
         self.threads = TaskThreads(self.config.thread_count, self._loop)  # `def` attempts
+        self.time_limits = TimeLimits(self._loop, self.config.time_limit_grace,
+                                      self._thread_stuck)
         on_settled = self._settled
         if self.listeners:
             self.notifier = Notifier(self, self.listeners, self.pool)
@@ -311,20 +317,48 @@ class Worker:
         for held in self.inflight.in_state(PREFETCHED):  # never started: back on the queue
             self.settle(held, outcome.requeued(held.delivery, held.message, self.policy))
         deadline = time.monotonic() + self.config.shutdown_timeout
-        while self.inflight.running and not self._forced and time.monotonic() < deadline:
-            self._room.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._room.wait(), deadline - time.monotonic())
+        # (Not for the threads stuck past their time limit: they are why it stops.)
+        await self._wait_running(lambda: self.inflight.running > len(self.time_limits.stuck),
+                                 deadline)
         runners = [h.runner for h in self.inflight.in_state(EXECUTING) if h.runner]
         for runner in runners:
             runner.cancel()  # the runner requeues its own message
         if runners:
             await asyncio.gather(*runners, return_exceptions=True)
+        # Threads past their time limit: settled as timed out, never requeued (they ran,
+        # and failed their limit); whatever they return later is dropped.
+        timed_out = {id(limit.attempt) for limit in self.time_limits.settle_expired()}
+        if timed_out:  # settled once their last progress report is written: wait for it
+            await self._wait_running(lambda: any(
+                id(h) in timed_out for h in self.inflight.in_state(EXECUTING)),
+                time.monotonic() + HELPER_STOP_S, forced_too=True)
         for held in self.inflight.in_state(EXECUTING):
+            if id(held) in timed_out:
+                continue  # still settling: never requeued
             # A thread cannot be interrupted: hand its message to another worker now.
             log.warning("requeued message %r while its thread still runs after "
                         "shutdown_timeout; it may be executed twice", held.message.id)
             self.settle(held, outcome.requeued(held.delivery, held.message, self.policy))
+
+    async def _wait_running(self, running: Callable[[], bool], deadline: float,
+                            forced_too: bool = False) -> None:
+        """Until ``running()`` is false, the deadline passes or (unless ``forced_too``) a
+        second signal forces the exit; settle() wakes it."""
+        while running() and (forced_too or not self._forced) and time.monotonic() < deadline:
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), deadline - time.monotonic())
+
+    def _thread_stuck(self, limit: TimeLimit) -> None:
+        """A `def` task's thread still runs ``time_limit_grace`` after its time limit
+        raised TimeLimitExceeded in it (a blocking C call): its slot is lost. Stop taking
+        work, let the other attempts finish, and recycle into a fresh process."""
+        log.error("%s still runs %g s after its time limit of %g s (blocked in a call "
+                  "Python cannot interrupt; executor=\"process\" can): worker %s stops "
+                  "taking work and recycles into a fresh process", limit.label,
+                  self.config.time_limit_grace, limit.timeout, self.name)
+        self.recycled = self.lost_slot = True
+        self._begin_stop()
 
     @property
     def threads_left(self) -> int:

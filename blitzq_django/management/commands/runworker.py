@@ -20,6 +20,7 @@ from ...companions import Running
 from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
+from ...engine.worker import supervision
 from ...signals import django_tasks_queues, worker_listeners
 from ..logs import LOG_LEVELS, configure_logging
 
@@ -89,6 +90,7 @@ class Command(BaseCommand):
                 "visibility_timeout": float(merged["VISIBILITY_TIMEOUT"]),
                 "max_deliveries": merged["MAX_DELIVERIES"],
                 "shutdown_timeout": float(merged["SHUTDOWN_TIMEOUT"]),
+                "time_limit_grace": float(merged["TIME_LIMIT_GRACE"]),
             })
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
@@ -134,6 +136,10 @@ class Command(BaseCommand):
             counts = ", ".join(f"{k} {v}" for k, v in stats.as_dict().items())
             self.stdout.write(f"worker {worker.name} stopped: {counts}")
         sys.stdout.flush()
+        if worker.lost_slot and not supervision.supervised():
+            # A thread stuck past its time limit: a fresh worker, in this process (its
+            # supervisor, under --processes, starts one instead).
+            cli.restart_in_place([*cli.relaunch_command(), "--processes", "1"])
         code = cli.exit_code(worker)
         if code:
             sys.exit(code)  # EXIT_RECYCLE: a supervisor starts a new worker
