@@ -125,7 +125,7 @@ def test_the_interrupt_never_lands_after_the_call_returned() -> None:
 
     def run() -> None:
         for _ in range(300):
-            limit = limits.start(60, None, "race", lambda exc: None)
+            limit = limits.start(60, None, ("race", "-"), lambda exc: None)
 
             def task(limit: Any = limit) -> str:
                 limit.interrupt()  # the timer fires now, on the task's last instruction

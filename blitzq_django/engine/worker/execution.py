@@ -226,8 +226,7 @@ class Executor:
         def settle(exceeded: TimeLimitExceeded) -> None:  # the worker stops; it still runs
             self._conclude(held, exceeded, None, held.started_ms or now_ms())
 
-        limit = limits.start(timeout, held, f"task {spec.name} (message {message.id!r})",
-                             settle)
+        limit = limits.start(timeout, held, (spec.name, message.id), settle)
 
         def call() -> Any:
             held.started_ms = now_ms()

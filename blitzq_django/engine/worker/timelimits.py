@@ -21,7 +21,10 @@ moves to ``done``, clearing an exception set but not raised yet. So the exceptio
 raised in the task's call or in the few instructions of ``TimeLimit.call`` around it,
 which catch it: never in the worker's own code after the task returned.
 
-An attempt without a timeout pays nothing of this (execution.py takes another path).
+One timer per worker looks at the running limits every ``TICK_S`` while there are any
+(so a limit is enforced up to a tick late): a timer per attempt cost the event loop a
+heap entry and its cancellation per message. An attempt without a timeout pays nothing
+of this (execution.py takes another path).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from ..errors import TimeLimitExceeded
 log = logging.getLogger("blitzq.worker")
 
 _WAITING, _RUNNING, _INTERRUPTED, _DONE = range(4)
+
+#: How often the running limits are looked at (seconds), while there are any.
+TICK_S = 0.1
 
 if platform.python_implementation() == "CPython":
     # Two prototypes of one function: an exception class to raise, or NULL to clear.
@@ -76,14 +82,26 @@ class TimeLimits:
         self.active: set[TimeLimit] = set()
         #: limits whose thread still ran ``grace`` after the deadline (not settled yet)
         self.stuck: set[TimeLimit] = set()
+        #: one lock for the state of every limit: the loop's tick and the task threads
+        self.lock = threading.Lock()
+        self._ticking: asyncio.TimerHandle | None = None
 
-    def start(self, timeout: float, attempt: Any, label: str,
+    def start(self, timeout: float, attempt: Any, label: tuple[str, str],
               settle: Callable[[TimeLimitExceeded], None]) -> TimeLimit:
         """The limit of ``attempt`` (the worker's Held), just handed to the threads;
-        ``settle`` concludes it as timed out if the worker stops while its thread runs."""
+        ``label`` (task name, message id) names it in logs; ``settle`` concludes it as
+        timed out if the worker stops while its thread runs."""
         limit = TimeLimit(self, timeout, attempt, label, settle)
         self.active.add(limit)
+        if self._ticking is None:
+            self._ticking = self.loop.call_later(TICK_S, self._tick)
         return limit
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for limit in list(self.active):
+            limit.check(now)
+        self._ticking = self.loop.call_later(TICK_S, self._tick) if self.active else None
 
     def finish(self, limit: TimeLimit) -> bool:
         """Its thread returned (on the loop): False if the attempt was settled already."""
@@ -106,7 +124,6 @@ class TimeLimits:
         return expired
 
     def _forget(self, limit: TimeLimit) -> None:
-        limit.cancel_timer()
         self.active.discard(limit)
         self.stuck.discard(limit)
 
@@ -118,24 +135,28 @@ class TimeLimits:
 class TimeLimit:
     """The limit of one attempt."""
 
-    __slots__ = ("_owner", "timeout", "attempt", "label", "settle", "settled", "_lock",
-                 "_state", "_ident", "_started", "_timer")
+    __slots__ = ("_owner", "_lock", "timeout", "attempt", "_label", "settle", "settled",
+                 "_state", "_ident", "_started", "_interrupted", "_stuck")
 
-    def __init__(self, owner: TimeLimits, timeout: float, attempt: Any, label: str,
+    def __init__(self, owner: TimeLimits, timeout: float, attempt: Any, label: tuple[str, str],
                  settle: Callable[[TimeLimitExceeded], None]) -> None:
         self._owner = owner
+        self._lock = owner.lock
         self.timeout = timeout
         self.attempt = attempt
-        self.label = label  # names the attempt in log lines
+        self._label = label
         self.settle = settle
         self.settled = False
-        self._lock = threading.Lock()
         self._state = _WAITING
         self._ident = 0
-        self._started = 0.0
-        # From now, not from the thread's start: it fires, finds the attempt waiting for
-        # a thread or with time left, and looks again when the deadline can be due.
-        self._timer: asyncio.TimerHandle | None = owner.loop.call_later(timeout, self._check)
+        self._started = 0.0  # monotonic time the thread began the call
+        self._interrupted = 0.0  # monotonic time the exception was set
+        self._stuck = False
+
+    @property
+    def label(self) -> str:
+        name, message_id = self._label
+        return f"task {name} (message {message_id!r})"
 
     # -- in the task's thread ----------------------------------------------------------
 
@@ -202,27 +223,20 @@ class TimeLimit:
             if self._state != _RUNNING:
                 return
             self._state = _INTERRUPTED
+            self._interrupted = time.monotonic()
             raise_in_thread(self._ident, TimeLimitExceeded)
         log.warning("%s: past its time limit of %g s: TimeLimitExceeded raised in its "
                     "thread", self.label, self.timeout)
 
-    def cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _check(self) -> None:
-        loop = self._owner.loop
+    def check(self, now: float) -> None:
+        """The tick: interrupt it at its deadline; the grace over, its slot is lost."""
         with self._lock:
             state = self._state
-            left = self._started + self.timeout - time.monotonic()
-        if state == _WAITING:  # no thread yet: the deadline is at least a timeout away
-            self._timer = loop.call_later(self.timeout, self._check)
-        elif state == _RUNNING and left > 0:
-            self._timer = loop.call_later(left, self._check)
-        elif state == _RUNNING:
+            due = state == _RUNNING and now >= self._started + self.timeout
+            stuck = (state == _INTERRUPTED and not self._stuck
+                     and now >= self._interrupted + self._owner.grace)
+        if due:
             self.interrupt()
-            self._timer = loop.call_later(self._owner.grace, self._check)
-        elif state == _INTERRUPTED:  # the grace is over and the thread still runs
-            self._timer = None
+        elif stuck:
+            self._stuck = True
             self._owner._stuck(self)

@@ -136,7 +136,7 @@ class Command(BaseCommand):
             counts = ", ".join(f"{k} {v}" for k, v in stats.as_dict().items())
             self.stdout.write(f"worker {worker.name} stopped: {counts}")
         sys.stdout.flush()
-        if worker.lost_slot and not supervision.supervised():
+        if worker.lost_slot and not supervision.supervised() and self._from_command_line():
             # A thread stuck past its time limit: a fresh worker, in this process (its
             # supervisor, under --processes, starts one instead).
             cli.restart_in_place([*cli.relaunch_command(), "--processes", "1"])
@@ -160,6 +160,10 @@ class Command(BaseCommand):
         """``--processes N``: N children, each this same command without --processes. A
         history writer process is started once, here, and the children run none (with
         HISTORY_WRITER "thread", each child runs its own, one of which writes)."""
+        if not self._from_command_line():
+            raise CommandError("--processes runs this command again in each worker "
+                               "process: start runworker from a command line (manage.py, "
+                               "django-admin, python -m django), not call_command()")
         # Started the way this process was (manage.py, django-admin, python -m django).
         # --no-reload: under DEBUG each child would otherwise become a reloader of its own.
         argv = [*cli.relaunch_command(), "--no-reload"]
@@ -176,6 +180,12 @@ class Command(BaseCommand):
         if code:  # forced, or a child that kept failing to start: logged above
             raise CommandError(f"the worker processes stopped with exit status {code} (see "
                                "the log above)")
+
+    @staticmethod
+    def _from_command_line() -> bool:
+        """Whether this process is this command run from a command line, and not
+        call_command() in some other program (whose command line is not ours to run)."""
+        return sys.argv[1:2] == ["runworker"]
 
     @staticmethod
     def _queues(given: list[str], merged: dict[str, Any]) -> tuple[str, ...]:
