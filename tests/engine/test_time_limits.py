@@ -6,6 +6,8 @@ the recycle in real worker processes.)"""
 from __future__ import annotations
 
 import asyncio
+import random
+import sys
 import threading
 import time
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 
 from blitzq_django.engine import Client, TimeLimitExceeded, Worker, current_task
 from blitzq_django.engine.core import record as states
+from blitzq_django.engine.worker import timelimits
 from blitzq_django.engine.worker.timelimits import TimeLimits
 
 from .helpers import FAST, arun_burst, pending_count, ready_message_ids
@@ -114,21 +117,49 @@ async def test_a_thread_blocked_past_the_grace_makes_the_worker_recycle(client: 
     assert (await client.aget_result(stuck.id, 1)).state == states.FAILED
 
 
-def test_the_interrupt_never_lands_after_the_call_returned() -> None:
-    """The deadline passes as the task returns: the exception, set in the thread then, is
-    raised inside TimeLimit.call (the attempt fails with it) or cleared; never later, in
-    the code that runs after (the worker's)."""
+CALLS = 3000
+
+
+def test_the_interrupt_never_lands_after_the_call_returned(monkeypatch: Any) -> None:
+    """The deadline passes as the task returns: the exception is raised inside
+    TimeLimit.call (the attempt fails with it) or cleared, never later in the code that
+    runs after it (the worker's). A stand-in for the loop interrupts each call as it
+    returns, and is slow to raise once it has decided to (the window where a thread that
+    returned meanwhile must wait for it, then clear it); a tiny switch interval makes the
+    two threads interleave."""
+    real_raise = timelimits.raise_in_thread
+
+    def slow_raise(ident: int, exc_type: type[BaseException]) -> bool:
+        time.sleep(random.random() * 0.0005)  # (noqa: sleep) the loop, slow to raise
+        return real_raise(ident, exc_type)
+
+    monkeypatch.setattr(timelimits, "raise_in_thread", slow_raise)
     loop = asyncio.new_event_loop()
     limits = TimeLimits(loop, 1.0, lambda limit: None)
     errors: list[BaseException] = []
     outcomes: list[str] = []
+    # Plain flags, no locks: an exception raised asynchronously can land in a lock's
+    # `with` before it is entered, and leave the lock held (as it can in any task).
+    returning, finished = [False], [False]
+    current: list[Any] = []
+
+    def the_loop() -> None:
+        while not finished[0]:
+            if returning[0]:
+                returning[0] = False
+                current[0].interrupt()
+            else:
+                time.sleep(0)  # (noqa: sleep) let the other thread run
 
     def run() -> None:
-        for _ in range(300):
+        for n in range(CALLS):
             limit = limits.start(60, None, ("race", "-"), lambda exc: None)
+            current[:] = [limit]
 
-            def task(limit: Any = limit) -> str:
-                limit.interrupt()  # the timer fires now, on the task's last instruction
+            def task(n: int = n) -> str:
+                returning[0] = True
+                for _ in range(n % 100):  # returns a little later each time
+                    pass
                 return "returned"
 
             try:
@@ -137,14 +168,21 @@ def test_the_interrupt_never_lands_after_the_call_returned() -> None:
                 outcomes.append("exceeded")
             limits.finish(limit)
             try:
-                for _ in range(2000):  # the worker's code, after the attempt: never hit
+                for _ in range(2_000):  # the worker's code, after the attempt: never hit
                     pass
             except BaseException as exc:  # noqa: BLE001 - what the test looks for
                 errors.append(exc)
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    loop.close()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threading.Thread(target=the_loop, daemon=True).start()
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join(120)
+    finally:
+        finished[0] = True
+        sys.setswitchinterval(interval)
+        loop.close()
     assert errors == []
-    assert outcomes == ["exceeded"] * 300  # interrupted: failed, whatever it returned
+    assert len(outcomes) == CALLS and "exceeded" in outcomes

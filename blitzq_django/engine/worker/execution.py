@@ -232,6 +232,8 @@ class Executor:
             held.started_ms = now_ms()
             token = _current.set(context)
             try:
+                if not hooks:
+                    return limit.call(spec.func, message.args, message.kwargs)
                 for hook in hooks:
                     hook()
                 try:

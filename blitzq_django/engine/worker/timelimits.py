@@ -11,13 +11,11 @@ and the attempt is settled as timed out when the worker stops, never requeued (i
 failed its limit), its thread's eventual result dropped. Work that must really stop at
 its limit belongs in the process executor, which kills its child (docs/executors.md).
 
-The states of one limit, moved under its lock by the loop and by the thread::
-
-    waiting -> running -> done                  returned in time
-    waiting -> running -> interrupted -> done   the exception was set; returned after
-
-Only the loop moves ``running -> interrupted`` (and only while running); only the thread
-moves to ``done``, clearing an exception set but not raised yet. So the exception is
+Who ends an attempt is decided once, by a claim both sides try to take: the thread when
+the call returns, the loop when the deadline passes (taking the claim is one
+``list.pop()``, atomic under the GIL, so the common path takes no lock). The loop raises
+the exception only if it took the claim; a thread that finds the claim gone waits until
+the exception is set, then clears it if it was not raised yet. So the exception is
 raised in the task's call or in the few instructions of ``TimeLimit.call`` around it,
 which catch it: never in the worker's own code after the task returned.
 
@@ -33,9 +31,10 @@ import asyncio
 import ctypes
 import logging
 import platform
-import threading
 import time
 from collections.abc import Callable
+from threading import get_ident
+from time import monotonic
 from typing import Any
 
 from ..errors import TimeLimitExceeded
@@ -82,8 +81,6 @@ class TimeLimits:
         self.active: set[TimeLimit] = set()
         #: limits whose thread still ran ``grace`` after the deadline (not settled yet)
         self.stuck: set[TimeLimit] = set()
-        #: one lock for the state of every limit: the loop's tick and the task threads
-        self.lock = threading.Lock()
         self._ticking: asyncio.TimerHandle | None = None
 
     def start(self, timeout: float, attempt: Any, label: tuple[str, str],
@@ -108,7 +105,9 @@ class TimeLimits:
         if limit.settled:
             return False
         limit.settled = True
-        self._forget(limit)
+        self.active.discard(limit)
+        if limit.stuck:
+            self.stuck.discard(limit)
         return True
 
     def settle_expired(self) -> list[TimeLimit]:
@@ -118,14 +117,9 @@ class TimeLimits:
         expired = [limit for limit in self.active if limit.expired(now)]
         for limit in expired:
             limit.interrupt()
-            limit.settled = True
-            self._forget(limit)
+            self.finish(limit)
             limit.settle(limit.exceeded(None))
         return expired
-
-    def _forget(self, limit: TimeLimit) -> None:
-        self.active.discard(limit)
-        self.stuck.discard(limit)
 
     def _stuck(self, limit: TimeLimit) -> None:
         self.stuck.add(limit)
@@ -135,23 +129,24 @@ class TimeLimits:
 class TimeLimit:
     """The limit of one attempt."""
 
-    __slots__ = ("_owner", "_lock", "timeout", "attempt", "_label", "settle", "settled",
-                 "_state", "_ident", "_started", "_interrupted", "_stuck")
+    __slots__ = ("_owner", "timeout", "attempt", "_label", "settle", "settled", "stuck",
+                 "_claim", "_state", "_ident", "_started", "_interrupted", "_raised")
 
     def __init__(self, owner: TimeLimits, timeout: float, attempt: Any, label: tuple[str, str],
                  settle: Callable[[TimeLimitExceeded], None]) -> None:
         self._owner = owner
-        self._lock = owner.lock
         self.timeout = timeout
         self.attempt = attempt
         self._label = label
         self.settle = settle
         self.settled = False
+        self.stuck = False  # its thread ran on past the grace
+        self._claim = [True]  # popped by whoever ends the attempt: its thread or the loop
         self._state = _WAITING
-        self._ident = 0
-        self._started = 0.0  # monotonic time the thread began the call
-        self._interrupted = 0.0  # monotonic time the exception was set
-        self._stuck = False
+        self._raised = False  # the loop has set the exception in the thread
+        # Set before they are read: _ident, _started (monotonic time the thread began the
+        # call) by call(), before the state says running; _interrupted (monotonic time the
+        # exception was set) by interrupt().
 
     @property
     def label(self) -> str:
@@ -166,11 +161,23 @@ class TimeLimit:
         while True:
             try:
                 if outcome is None:
-                    outcome = self._call(func, args, kwargs)
-                interrupted = self._disarm()
+                    try:
+                        self._ident = get_ident()
+                        self._started = monotonic()
+                        self._state = _RUNNING  # (last: the loop reads the two above then)
+                        outcome = (func(*args, **kwargs), None)
+                    except BaseException as exc:  # noqa: BLE001 - re-raised below
+                        outcome = (None, exc)
+                try:
+                    self._claim.pop()
+                    interrupted = False
+                except IndexError:  # the loop took the claim: the exception is (being) set
+                    interrupted = True
+                    self._clear()
+                self._state = _DONE
                 break
             except TimeLimitExceeded as exc:
-                # Set as the call returned, raised here before _disarm() could clear it.
+                # Set as the call returned, raised here before _clear() could clear it.
                 if outcome is None:
                     outcome = (None, exc)
         value, error = outcome
@@ -180,24 +187,12 @@ class TimeLimit:
             raise error
         return value
 
-    def _call(self, func: Callable[..., Any], args: Any,
-              kwargs: Any) -> tuple[Any, BaseException | None]:
-        try:
-            with self._lock:
-                self._ident = threading.get_ident()
-                self._started = time.monotonic()
-                self._state = _RUNNING
-            return func(*args, **kwargs), None
-        except BaseException as exc:  # noqa: BLE001 - re-raised by call()
-            return None, exc
-
-    def _disarm(self) -> bool:
-        with self._lock:
-            interrupted = self._state == _INTERRUPTED
-            self._state = _DONE
-            if interrupted:
-                clear_in_thread(self._ident)  # set and not raised yet: it never will be
-        return interrupted
+    def _clear(self) -> None:
+        """The loop took the claim: once it has set the exception, clear it (raised
+        already, if it landed in the call; or never)."""
+        while not self._raised:
+            time.sleep(0.0001)  # (noqa: sleep) the loop is between its claim and its raise
+        clear_in_thread(self._ident)
 
     def exceeded(self, error: BaseException | None) -> TimeLimitExceeded:
         """What the attempt fails with: the exception raised in the task (its traceback
@@ -213,30 +208,32 @@ class TimeLimit:
     # -- on the loop -------------------------------------------------------------------
 
     def expired(self, now: float) -> bool:
-        with self._lock:
-            return self._state == _INTERRUPTED or (
-                self._state == _RUNNING and now >= self._started + self.timeout)
+        state = self._state
+        return state == _INTERRUPTED or (state == _RUNNING
+                                         and now >= self._started + self.timeout)
 
     def interrupt(self) -> None:
-        """Raise TimeLimitExceeded in the thread, if it runs the attempt and was not told."""
-        with self._lock:
-            if self._state != _RUNNING:
-                return
-            self._state = _INTERRUPTED
-            self._interrupted = time.monotonic()
-            raise_in_thread(self._ident, TimeLimitExceeded)
+        """Raise TimeLimitExceeded in the thread, if it runs the attempt and has not
+        returned (it takes the claim then)."""
+        if self._state != _RUNNING:
+            return
+        try:
+            self._claim.pop()
+        except IndexError:  # the thread returned first
+            return
+        self._state = _INTERRUPTED
+        self._interrupted = time.monotonic()
+        raise_in_thread(self._ident, TimeLimitExceeded)
+        self._raised = True
         log.warning("%s: past its time limit of %g s: TimeLimitExceeded raised in its "
                     "thread", self.label, self.timeout)
 
     def check(self, now: float) -> None:
         """The tick: interrupt it at its deadline; the grace over, its slot is lost."""
-        with self._lock:
-            state = self._state
-            due = state == _RUNNING and now >= self._started + self.timeout
-            stuck = (state == _INTERRUPTED and not self._stuck
-                     and now >= self._interrupted + self._owner.grace)
-        if due:
+        state = self._state
+        if state == _RUNNING and now >= self._started + self.timeout:
             self.interrupt()
-        elif stuck:
-            self._stuck = True
+        elif (state == _INTERRUPTED and not self.stuck
+              and now >= self._interrupted + self._owner.grace):
+            self.stuck = True
             self._owner._stuck(self)
