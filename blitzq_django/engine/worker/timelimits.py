@@ -121,6 +121,14 @@ class TimeLimits:
             limit.settle(limit.exceeded(None))
         return expired
 
+    def close(self) -> None:
+        """The worker returns: no more looks (an attempt requeued at the shutdown deadline
+        is another worker's now)."""
+        if self._ticking is not None:
+            self._ticking.cancel()
+            self._ticking = None
+        self.active.clear()
+
     def _stuck(self, limit: TimeLimit) -> None:
         self.stuck.add(limit)
         self._on_stuck(limit)

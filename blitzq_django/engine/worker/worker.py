@@ -144,6 +144,7 @@ class Worker:
         # Built in run(): they belong to its loop.
         self.pool: ThreadPoolExecutor
         self.threads: TaskThreads
+        self.time_limits: TimeLimits
         self.flusher: Flusher
         self.executor: Executor
         self.intake: Intake
@@ -251,6 +252,7 @@ class Worker:
         # Threads still running were requeued by _drain; do not wait for them here.
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.threads.shutdown()
+        self.time_limits.close()
         if close_broker:
             with contextlib.suppress(Exception):
                 await self.broker.aclose()
@@ -313,7 +315,8 @@ class Worker:
         self._begin_stop()
 
     async def _drain(self) -> None:
-        """Wait for running attempts up to shutdown_timeout; requeue what is left."""
+        """Wait for running attempts up to shutdown_timeout; settle those past their time
+        limit as timed out; requeue what is left."""
         for held in self.inflight.in_state(PREFETCHED):  # never started: back on the queue
             self.settle(held, outcome.requeued(held.delivery, held.message, self.policy))
         deadline = time.monotonic() + self.config.shutdown_timeout
