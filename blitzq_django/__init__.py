@@ -23,11 +23,12 @@ _EXPORTS = {
     "TaskExpired": "blitzq_django.engine",
     "Cancellation": "blitzq_django.engine",
     "ResultTimeout": "blitzq_django.engine",
+    "TimeLimitExceeded": "blitzq_django.engine",
 }
 
 __all__ = [
     "Cancellation", "ResultTimeout", "Retry", "TaskCancelled", "TaskExpired", "TaskFailed",
-    "TaskHandle", "__version__", "blitzq_task",
+    "TaskHandle", "TimeLimitExceeded", "__version__", "blitzq_task",
     "current_task", "enqueue_on_commit", "get_client",
 ]
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         TaskExpired,
         TaskFailed,
         TaskHandle,
+        TimeLimitExceeded,
         current_task,
     )
     from .transactions import enqueue_on_commit

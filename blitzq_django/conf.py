@@ -173,6 +173,10 @@ DEFAULTS: dict[str, Any] = {
     # sent in the message's headers) and one per attempt. Needs opentelemetry-api (the
     # "otel" extra); the project sets the TracerProvider.
     "TRACING": False,
+    # Seconds a `def` task's thread may run on after its timeout raised TimeLimitExceeded
+    # in it (a blocking call Python cannot interrupt); then the worker process recycles
+    # (runworker --time-limit-grace overrides it; docs/failures.md).
+    "TIME_LIMIT_GRACE": 5.0,
 }
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -233,6 +237,7 @@ TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "EVENTS_HARD_MAXLEN": ((int,), "an integer"),
     "LOG_FORMAT": ((str,), "'text' or 'json'"),
     "TRACING": ((bool,), "True or False"),
+    "TIME_LIMIT_GRACE": (_NUMBER, "a number of seconds"),
 }
 #: key -> the engine's rule for the value (type, range, finite): the same one the
 #: engine applies when it is handed the value, so the check and the use agree.
@@ -258,6 +263,7 @@ LIMITS: dict[str, limits.Limit] = {
     "OUTBOX_INTERVAL": limits.Limit(False, 0.01, 60),
     "OUTBOX_BATCH": limits.Limit(True, 1, 1000),
     "EVENTS_HARD_MAXLEN": replace(limits.LIMITS["events_maxlen"], low=1, note=""),
+    "TIME_LIMIT_GRACE": limits.LIMITS["time_limit_grace"],
 }
 
 #: The one registry of this process: @blitzq_task adds to it, every client built here

@@ -34,6 +34,7 @@ from .errors import (
     ResultTooLarge,
     Retry,
     TaskNotRegistered,
+    TimeLimitExceeded,
 )
 from .worker import Worker, WorkerConfig
 
@@ -43,5 +44,6 @@ __all__ = [
     "MessageDecodeError", "MessageEncodeError", "MessageError", "MessageTooLarge", "QueueBusy",
     "Record", "RedisBroker", "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task",
     "TaskCancelled", "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle",
-    "TaskNotRegistered", "TaskRegistry", "TaskSpec", "Worker", "WorkerConfig", "current_task",
+    "TaskNotRegistered", "TaskRegistry", "TaskSpec", "TimeLimitExceeded", "Worker",
+    "WorkerConfig", "current_task",
 ]

@@ -8,21 +8,16 @@ record's ``extra`` attributes (keys of a JSON log line).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from .brokers.memory import MemoryBroker
 from .client import Client
 from .redis.store import redact
+from .worker import supervision
 from .worker.config import WorkerConfig
 
 log = logging.getLogger("blitzq.worker")
-
-#: Set in a process that supervises worker processes once its banner is out: its
-#: children (started with its environment) print none of their own, only the worker's
-#: one line each ("worker <name> serving ...").
-SUPERVISED_ENV = "BLITZQ_SUPERVISED"
 
 
 def redis_location(client: Client) -> str:
@@ -89,13 +84,11 @@ def worker_banner(client: Client, config: WorkerConfig, name: str, *, processes:
 def announce(client: Client, config: WorkerConfig, *, processes: int = 1,
              **options: Any) -> None:
     """Log the banner, once per command: not in the children of a supervising one."""
-    if os.environ.get(SUPERVISED_ENV):
+    if supervision.supervised():  # the supervisor announced the pool
         return
     name = config.name if processes == 1 else f"pool of {processes} processes"
     text, fields = worker_banner(client, config, name, processes=processes, **options)
     log.info("%s", text, extra=fields)
-    if processes > 1:
-        os.environ[SUPERVISED_ENV] = "1"
 
 
-__all__ = ["SUPERVISED_ENV", "announce", "delivery_mode", "redis_location", "worker_banner"]
+__all__ = ["announce", "delivery_mode", "redis_location", "worker_banner"]

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from . import logformat
 from .banner import announce
@@ -22,7 +23,9 @@ from .core import limits
 from .core.names import name_problem
 from .errors import BlitzqError, BrokerError, ConfigurationError
 from .supervisor import EXIT_RECYCLE, Supervisor
-from .worker import Worker, WorkerConfig
+from .worker import Worker, WorkerConfig, supervision
+
+log = logging.getLogger("blitzq.worker")
 
 
 def number(name: str) -> Callable[[str], int | float]:
@@ -69,6 +72,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     add("--visibility-timeout", type=number("visibility_timeout"), default=None)
     add("--max-deliveries", type=number("max_deliveries"), default=None)
     add("--shutdown-timeout", type=number("shutdown_timeout"), default=None)
+    add("--time-limit-grace", type=number("time_limit_grace"), default=None, metavar="SECONDS",
+        help="how long a def task's thread may run on past its timeout before the worker "
+             "process recycles itself (default 5)")
     add("--no-promote", action="store_true", help="do not move due scheduled messages")
     add("--name", default=None, help="consumer name (default host:pid:random)")
 
@@ -85,7 +91,7 @@ def worker_config(options: dict[str, Any], defaults: dict[str, Any] | None = Non
     if caps:
         values["queue_concurrency"] = {**values.get("queue_concurrency", {}), **caps}
     for field in ("concurrency", "prefetch", "threads", "batch_size", "visibility_timeout",
-                  "max_deliveries", "shutdown_timeout", "name"):
+                  "max_deliveries", "shutdown_timeout", "name", "time_limit_grace"):
         if options.get(field) is not None:
             values[field] = options[field]
     values["burst"] = bool(options.get("burst"))
@@ -134,7 +140,10 @@ def _queue_cap(item: str) -> tuple[str, int]:
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:
-    """The same command line without the supervisor's own option."""
+    """The same command line as one worker process: without the supervisor's own option,
+    and with ``--processes 1`` last (the last one wins), so that neither an option spelled
+    another way (``-p2``, ``--proc 2``) nor a PROCESSES setting makes the child a
+    supervisor of its own."""
     out: list[str] = []
     skip = False
     for arg in argv:
@@ -147,7 +156,24 @@ def child_argv(argv: Sequence[str]) -> list[str]:
         if arg.startswith("--processes="):
             continue
         out.append(arg)
-    return out
+    return [*out, "--processes", "1"]
+
+
+def relaunch_command() -> list[str]:
+    """The command line that started this process, to start another one like it.
+
+    ``sys.argv`` alone is not it: under ``python -m django`` its first item is the path of
+    Django's ``__main__.py``, and running that path as a script puts Django's package
+    directory first on ``sys.path`` (its ``http`` package then shadows the standard
+    library's: the child dies at import). ``sys.orig_argv`` keeps ``-m django`` and the
+    interpreter's own options (``-X``, ``-W``, ``-u``).
+    """
+    original = list(getattr(sys, "orig_argv", ()))
+    args = sys.argv[1:]
+    cut = len(original) - len(args)
+    if cut >= 1 and original[cut:] == args:
+        return [sys.executable, *original[1:cut], *args]
+    return [sys.executable, *sys.argv]  # sys.argv was changed after the start: the best guess
 
 
 def run(client: Client, config: WorkerConfig, processes: int, argv: Sequence[str],
@@ -158,7 +184,24 @@ def run(client: Client, config: WorkerConfig, processes: int, argv: Sequence[str
                           burst=config.burst).run()
     worker = Worker(client, config, **worker_kwargs)
     asyncio.run(worker.run(install_signal_handlers=True, close_broker=True))
+    if worker.lost_slot and not supervision.supervised():
+        restart_in_place([*argv, "--processes", "1"])
     return exit_code(worker)
+
+
+def restart_in_place(argv: Sequence[str]) -> NoReturn:
+    """Start afresh as ``argv`` in this very process (``exec``: the same pid, so systemd,
+    a container runtime or runworker's --reload parent go on watching it), leaving a
+    thread that could not be stopped behind. SIGINT and SIGTERM stay blocked across the
+    exec: one sent meanwhile waits, pending, for the new worker's handlers."""
+    log.warning("starting a fresh worker in this process (pid %d): %s", os.getpid(),
+                " ".join(argv))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    supervision.block_stop_signals()
+    os.execv(argv[0], list(argv))
 
 
 def exit_code(worker: Worker) -> int:

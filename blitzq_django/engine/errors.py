@@ -13,7 +13,9 @@
     │   └── QueueBusy             purge refused: workers hold messages of the queue
     ├── ResultTooLarge            (also a ValueError) a task result over max_result_size
     ├── TaskNotRegistered         a task name with no registered function
-    └── ResultTimeout             (also a TimeoutError) get_result gave up waiting
+    ├── ResultTimeout             (also a TimeoutError) get_result gave up waiting
+    └── TimeLimitExceeded         (also a TimeoutError) raised inside a `def` task's thread
+                                  at its timeout (the task may catch it to clean up)
 
 Control flow, raised by task code rather than by the engine:
 
@@ -76,6 +78,19 @@ class TaskNotRegistered(BlitzqError, LookupError):
 
 class ResultTimeout(BlitzqError, TimeoutError):
     pass
+
+
+class TimeLimitExceeded(BlitzqError, TimeoutError):
+    """Raised inside the thread of a `def` task that runs past its ``timeout``
+    (engine/worker/timelimits.py). Catch it to clean up; the attempt fails with it
+    whatever the task does then, and is retried per the task's policy like any
+    TimeoutError. It is raised between two bytecodes: a thread blocked in one C call
+    (``time.sleep``, a read without a timeout) gets it when the call returns.
+    """
+
+    def __init__(self, *args: object) -> None:
+        # Raised in a thread, it is made without arguments.
+        super().__init__(*(args or ("task exceeded its time limit",)))
 
 
 class Retry(Exception):  # noqa: N818 - reads as "raise Retry(...)"

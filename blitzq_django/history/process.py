@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
+
+from ..engine.worker.supervision import block_stop_signals
 
 log = logging.getLogger("blitzq.history")
 
@@ -74,8 +77,7 @@ def supervise(stop: threading.Event, queues: Sequence[str]) -> None:
     while not stop.is_set():
         began = time.monotonic()
         try:
-            child = subprocess.Popen(child_argv(queues, level), env=child_env(),
-                                     stdin=subprocess.PIPE)
+            child = _start(queues, level)
         except OSError as exc:  # out of processes or memory: try again later
             log.warning("the history writer process could not start (%s); trying again in "
                         "%.0f s", exc, backoff)
@@ -96,6 +98,18 @@ def supervise(stop: threading.Event, queues: Sequence[str]) -> None:
         if stop.wait(backoff):
             return
         backoff = min(backoff * 2, RESTART_MAX_S)
+
+
+def _start(queues: Sequence[str], log_level: int) -> subprocess.Popen[bytes]:
+    # With SIGINT and SIGTERM blocked, for good: a Ctrl-C or a systemd stop reaches the
+    # whole process group, and the writer is to outlive the workers to write their last
+    # rows. It stops when runworker closes its stdin (or dies).
+    mask = block_stop_signals()
+    try:
+        return subprocess.Popen(child_argv(queues, log_level), env=child_env(),
+                                stdin=subprocess.PIPE)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def lower_priority(pid: int) -> None:

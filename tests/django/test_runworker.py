@@ -143,6 +143,42 @@ def test_runworker_in_process_burst(blitzq_memory: Any) -> None:
     assert handle.record(timeout=1).succeeded
 
 
+# Django 6.1's system checks query the database (JSONField support on SQLite).
+@pytest.mark.django_db
+def test_processes_from_call_command_is_refused(blitzq_redis: Any, monkeypatch: Any) -> None:
+    # Each worker process runs this process's command line again: under call_command()
+    # that is some other program's (the test runner's here), never a runworker.
+    from blitzq_django.engine.supervisor import Supervisor
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(Supervisor, "run", lambda self: started.append(self.argv) or 0)
+    monkeypatch.setattr(sys, "argv", ["pytest", "tests/django"])
+    with pytest.raises(CommandError, match="start runworker from a command line"):
+        call_command("runworker", "--processes", "2", "--burst", "--no-history")
+    assert started == []
+
+
+# Django 6.1's system checks query the database (JSONField support on SQLite).
+@pytest.mark.django_db(transaction=True)
+def test_time_limit_grace_comes_from_the_setting_or_the_option(settings: Any,
+                                                                 monkeypatch: Any) -> None:
+    from blitzq_django.management.commands import runworker
+
+    seen: list[float] = []
+
+    class Recording(runworker.Worker):
+        def __init__(self, client: Any, config: Any, **kwargs: Any) -> None:
+            seen.append(config.time_limit_grace)
+            super().__init__(client, config, **kwargs)
+
+    monkeypatch.setattr(runworker, "Worker", Recording)
+    settings.BLITZQ = {"BROKER": "memory", "QUEUES": ["default"], "TIME_LIMIT_GRACE": 2.5}
+    call_command("runworker", "--burst", "--no-history", verbosity=0)
+    call_command("runworker", "--burst", "--no-history", "--time-limit-grace", "0.5",
+                 verbosity=0)
+    assert seen == [2.5, 0.5]
+
+
 def test_runworker_is_ours_when_listed_before_channels() -> None:
     assert get_commands()["runworker"] == "blitzq_django"
     assert check_runworker_command() == []

@@ -44,6 +44,7 @@ def test_defaults_are_valid() -> None:
     ({"VISIBILITY_TIMEOUT": float("inf")}, "blitzq.E004", "VISIBILITY_TIMEOUT"),
     ({"VISIBILITY_TIMEOUT": 0.5}, "blitzq.E004", "VISIBILITY_TIMEOUT"),
     ({"SHUTDOWN_TIMEOUT": float("nan")}, "blitzq.E004", "SHUTDOWN_TIMEOUT"),
+    ({"TIME_LIMIT_GRACE": -1}, "blitzq.E004", "TIME_LIMIT_GRACE"),
     ({"RESULT_TTL": 10**17}, "blitzq.E004", "RESULT_TTL"),
     ({"IDEMPOTENCY_TTL": 10**17}, "blitzq.E004", "IDEMPOTENCY_TTL"),
     ({"DEAD_LETTER_MAX": 10**12}, "blitzq.E004", "DEAD_LETTER_MAX"),

@@ -23,6 +23,7 @@ def parse(*argv: str) -> argparse.Namespace:
     ("--concurrency", "0"), ("--prefetch", "-1"), ("--batch-size", "0"),
     ("--processes", "0"), ("--max-tasks-per-child", "-1"),
     ("--max-memory-per-child", "-1"), ("--max-deliveries", "nan"), ("--max-deliveries", "0"),
+    ("--time-limit-grace", "nan"), ("--time-limit-grace", "-1"),
 ])
 def test_a_bad_number_is_an_argparse_error_naming_the_flag(flag: str, value: str) -> None:
     with pytest.raises(argparse.ArgumentError) as info:
@@ -32,10 +33,11 @@ def test_a_bad_number_is_an_argparse_error_naming_the_flag(flag: str, value: str
 
 def test_good_numbers_parse_to_the_right_types() -> None:
     args = parse("--visibility-timeout", "2.5", "--threads", "0", "--shutdown-timeout", "0",
-                 "--processes", "2", "--max-memory-per-child", "512")
+                 "--processes", "2", "--max-memory-per-child", "512", "--time-limit-grace", "1.5")
     assert (args.visibility_timeout, args.threads, args.shutdown_timeout) == (2.5, 0, 0.0)
     config = cli.worker_config(vars(args))
     assert config.visibility_timeout == 2.5 and config.max_memory_mb == 512
+    assert config.time_limit_grace == 1.5
 
 
 @pytest.mark.parametrize(("options", "named"), [

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from blitzq_django.engine import Client, Worker, current_task
-from blitzq_django.engine.supervisor import Supervisor
+from blitzq_django.engine.supervisor import EXIT_RECYCLE, Supervisor
 
 from ..support.waiting import wait_until
 from .helpers import FAST, pending_count, ready_message_ids
@@ -92,11 +92,12 @@ async def test_max_memory_stops_the_worker_promptly(client: Client) -> None:
 
 
 def test_supervisor_replaces_children_that_exit(tmp_path: Any) -> None:
-    # Children that recycle (exit 0) at once are replaced; SIGTERM ends the supervisor.
+    # Children that recycle (exit EXIT_RECYCLE) at once are replaced; SIGTERM ends the
+    # supervisor.
     marker = tmp_path / "starts"
     child = ("import os, sys\n"
              f"open({str(marker)!r}, 'a').write('x')\n"
-             "sys.exit(0)\n")
+             f"sys.exit({EXIT_RECYCLE})\n")
     script = (
         "import logging, sys\n"
         "logging.basicConfig(level=logging.INFO)\n"

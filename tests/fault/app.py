@@ -92,6 +92,13 @@ def register(client: Client) -> dict[str, object]:
         note("done")
         return seconds
 
+    @task(timeout=1, retries=0)
+    def stuck(seconds: float = 3600) -> None:
+        """Blocked in one C call past its time limit: the worker recycles (a time limit
+        cannot interrupt it)."""
+        note("start")
+        time.sleep(seconds)
+
     @task()
     async def first_delivery_sleep(seconds: float, later: float = 0.0) -> int:
         """Sleeps ``seconds`` on its first delivery, ``later`` on a redelivery."""

@@ -8,7 +8,7 @@ repeated in the terminal summary.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ import pytest
 from ..support.redis_server import RedisServer
 from .harness import Scenario
 from .ledger import REPORTS
+from .pools import DJANGO_ENV, Pool, migrate
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
@@ -52,3 +53,25 @@ def scenario(fault_redis: RedisServer, tmp_path: Path) -> Iterator[Scenario]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A migrated SQLite database for the module's ``manage.py`` commands (pools.py)."""
+    return migrate(tmp_path_factory.mktemp("pools") / "db.sqlite3")
+
+
+@pytest.fixture
+def pools(scenario: Scenario, database: str) -> Iterator[Callable[..., Pool]]:
+    """Start commands in process groups of their own; each is killed at teardown."""
+    started: list[Pool] = []
+
+    def start(command: list[str], env: dict[str, str] | None = None) -> Pool:
+        env = {**scenario.env, **DJANGO_ENV, "BLITZQ_SQLITE": database, **(env or {})}
+        pool = Pool(scenario, command, env, name=f"pool{len(started)}")
+        started.append(pool)
+        return pool
+
+    yield start
+    for pool in started:
+        pool.kill()

@@ -76,6 +76,9 @@ LIMITS: dict[str, Limit] = {
     "max_tasks": Limit(True, 0, 10**12, note=" (0 = never)"),
     "max_memory_mb": Limit(True, 0, 10**8, note=" (0 = never)"),
     "processes": Limit(True, 1, 1024),
+    # Seconds a `def` task's thread may go on past its timeout (after TimeLimitExceeded
+    # was raised in it) before the worker recycles itself (worker/timelimits.py).
+    "time_limit_grace": Limit(False, 0, DAY),
     # The ops command line (ops_cli.py): dead-letter filters, listings, replay pacing.
     "age": Limit(False, 0, MAX_TTL),  # --older-than / --newer-than, in seconds
     "list_limit": Limit(True, 1, 10**9),

@@ -14,7 +14,7 @@ from ..errors import ConfigurationError
 NUMERIC_FIELDS = ("concurrency", "prefetch", "threads", "batch_size", "block_timeout",
                   "visibility_timeout", "heartbeat_interval", "recovery_interval",
                   "max_deliveries", "schedule_poll_interval", "shutdown_timeout", "max_tasks",
-                  "max_memory_mb")
+                  "max_memory_mb", "time_limit_grace")
 OPTIONAL_FIELDS = frozenset({"heartbeat_interval", "recovery_interval"})  # None = derived
 
 
@@ -55,6 +55,9 @@ class WorkerConfig:
     #: use every slot); a queue's cap also bounds what the worker prefetches of it
     queue_concurrency: dict[str, int] = field(default_factory=dict)
     name: str = field(default_factory=default_name)
+    #: seconds a `def` task's thread may run on after its timeout raised TimeLimitExceeded
+    #: in it; then its slot counts as lost and the worker recycles (worker/timelimits.py)
+    time_limit_grace: float = 5.0
 
     def __post_init__(self) -> None:
         # Every number by the shared rule (core.limits), so NaN, inf, bools and

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..context import TaskContext, _current
+from ..errors import TimeLimitExceeded
 from ..progress import ProgressReporter
 from . import outcome, tasklog
 from .inflight import RUNNING, Held
@@ -196,6 +197,9 @@ class Executor:
 
     def _run_thread(self, held: Held, context: Callable[[], TaskContext],
                     timeout: float | None) -> None:
+        if timeout:
+            self._run_thread_limited(held, context, timeout)
+            return
         message, spec = held.message, held.spec
         hooks = self._hooks
 
@@ -216,9 +220,47 @@ class Executor:
                 _current.reset(token)
 
         def conclude(error: BaseException | None, value: Any, took: float) -> None:
-            if timeout and took > timeout:
-                # The thread kept its slot until it returned; the attempt still failed.
-                error, value = TimeoutError(f"task exceeded its timeout of {timeout} s"), None
+            self._conclude(held, error, value, held.started_ms or now_ms())
+
+        self._threads.submit(call, conclude)
+
+    def _run_thread_limited(self, held: Held, context: Callable[[], TaskContext],
+                            timeout: float) -> None:
+        """_run_thread with a time limit: TimeLimitExceeded is raised in the thread at the
+        deadline, and a thread that does not return makes the worker recycle
+        (timelimits.py)."""
+        message, spec = held.message, held.spec
+        hooks = self._hooks
+        limits = self._worker.time_limits
+
+        def settle(exceeded: TimeLimitExceeded) -> None:  # the worker stops; it still runs
+            self._conclude(held, exceeded, None, held.started_ms or now_ms())
+
+        limit = limits.start(timeout, held, (spec.name, message.id), settle)
+
+        def call() -> Any:
+            held.started_ms = now_ms()
+            token = _current.set(context)
+            try:
+                if not hooks:
+                    return limit.call(spec.func, message.args, message.kwargs)
+                for hook in hooks:
+                    hook()
+                try:
+                    return limit.call(spec.func, message.args, message.kwargs)
+                finally:
+                    for hook in hooks:
+                        hook()
+            finally:
+                _current.reset(token)
+
+        def conclude(error: BaseException | None, value: Any, took: float) -> None:
+            if not limits.finish(limit):
+                return  # settled as timed out when the worker stopped: the result is dropped
+            if error is None and took > timeout:
+                # Returned late without the interrupt (the loop was too busy to send it):
+                # the attempt failed all the same.
+                error, value = limit.exceeded(None), None
             self._conclude(held, error, value, held.started_ms or now_ms())
 
         self._threads.submit(call, conclude)

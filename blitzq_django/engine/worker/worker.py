@@ -28,7 +28,7 @@ from ..core import deadletter as reasons
 from ..core import record as states
 from ..core.registry import WorkerInfo
 from ..errors import BlitzqError, BrokerUnavailable
-from . import outcome
+from . import outcome, supervision
 from .config import WorkerConfig
 from .execution import Executor, now_ms
 from .fetching import Intake
@@ -43,6 +43,7 @@ from .promotion import promote_all_due, promote_loop
 from .ratelimit import RateGate
 from .revocations import Revocations
 from .threads import TaskThreads
+from .timelimits import TimeLimit, TimeLimits
 
 log = logging.getLogger("blitzq.worker")
 
@@ -133,12 +134,17 @@ class Worker:
         self.stopping_event = self._stopping  # for the hot path: one call, not two
         self._forced = False
         self._stop_requested = False
+        self._signalled_at: float | None = None  # monotonic time of the first stop signal
         #: stopped by max_tasks or max_memory_mb (a supervisor should start a new one)
         self.recycled = False
+        #: recycled because a `def` task's thread ran on past its time limit and grace: a
+        #: slot is lost for good, so a process of its own starts afresh (cli.py)
+        self.lost_slot = False
         self._loop: asyncio.AbstractEventLoop | None = None
         # Built in run(): they belong to its loop.
         self.pool: ThreadPoolExecutor
         self.threads: TaskThreads
+        self.time_limits: TimeLimits
         self.flusher: Flusher
         self.executor: Executor
         self.intake: Intake
@@ -158,6 +164,8 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self.pool = ThreadPoolExecutor(self.config.thread_count, thread_name_prefix="blitzq")
         self.threads = TaskThreads(self.config.thread_count, self._loop)  # `def` attempts
+        self.time_limits = TimeLimits(self._loop, self.config.time_limit_grace,
+                                      self._thread_stuck)
         on_settled = self._settled
         if self.listeners:
             self.notifier = Notifier(self, self.listeners, self.pool)
@@ -184,6 +192,7 @@ class Worker:
         try:
             if not await self._prepare():
                 return self.stats
+            supervision.notify_ready()
             log.info("worker %s serving %s (concurrency %d)", self.name, ",".join(self.queues),
                      self.config.concurrency)
             await self.beat()
@@ -247,6 +256,7 @@ class Worker:
         # Threads still running were requeued by _drain; do not wait for them here.
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.threads.shutdown()
+        self.time_limits.close()
         if close_broker:
             with contextlib.suppress(Exception):
                 await self.broker.aclose()
@@ -275,39 +285,87 @@ class Worker:
         self._room.set()  # the fetch loop may be waiting for room
 
     def _install_signals(self) -> None:
+        """SIGTERM/SIGINT stop gracefully. Alone, a second one (not the repeat of the
+        first that ``timeout`` sends) forces the exit; under a supervisor each one is the
+        same graceful request, and the supervisor's FORCE_SIGNAL forces (supervision.py)."""
         loop = asyncio.get_running_loop()
+        supervised = supervision.supervised()
 
         def on_signal(signum: int) -> None:
-            if self._stopping.is_set():
-                log.warning("second %s: forcing exit", signal.Signals(signum).name)
-                self._forced = True
-                self._room.set()
+            name = signal.Signals(signum).name
+            now, first = time.monotonic(), self._signalled_at
+            if first is not None:
+                if supervised or now - first < supervision.REPEAT_WINDOW_S:
+                    log.debug("%s: stopping already", name)
+                else:
+                    self._force(f"second {name}")
                 return
-            log.info("%s: stopping gracefully (again to force)", signal.Signals(signum).name)
+            self._signalled_at = now
+            log.info("%s: stopping gracefully%s", name, "" if supervised else " (again to force)")
             self._begin_stop()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
+        if supervised:
+            loop.add_signal_handler(supervision.FORCE_SIGNAL, self._force,
+                                    "the supervisor's " + supervision.FORCE_SIGNAL.name)
+        # Blocked since the start under a supervisor: a stop sent meanwhile arrives now.
+        supervision.unblock_stop_signals()
+
+    def _force(self, why: str) -> None:
+        log.warning("%s: forcing exit", why)
+        self._signalled_at = self._signalled_at or time.monotonic()
+        self._forced = True
+        self._begin_stop()
 
     async def _drain(self) -> None:
-        """Wait for running attempts up to shutdown_timeout; requeue what is left."""
+        """Wait for running attempts up to shutdown_timeout; settle those past their time
+        limit as timed out; requeue what is left."""
         for held in self.inflight.in_state(PREFETCHED):  # never started: back on the queue
             self.settle(held, outcome.requeued(held.delivery, held.message, self.policy))
         deadline = time.monotonic() + self.config.shutdown_timeout
-        while self.inflight.running and not self._forced and time.monotonic() < deadline:
-            self._room.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._room.wait(), deadline - time.monotonic())
+        # (Not for the threads stuck past their time limit: they are why it stops.)
+        await self._wait_running(lambda: self.inflight.running > len(self.time_limits.stuck),
+                                 deadline)
         runners = [h.runner for h in self.inflight.in_state(EXECUTING) if h.runner]
         for runner in runners:
             runner.cancel()  # the runner requeues its own message
         if runners:
             await asyncio.gather(*runners, return_exceptions=True)
+        # Threads past their time limit: settled as timed out, never requeued (they ran,
+        # and failed their limit); whatever they return later is dropped.
+        timed_out = {id(limit.attempt) for limit in self.time_limits.settle_expired()}
+        if timed_out:  # settled once their last progress report is written: wait for it
+            await self._wait_running(lambda: any(
+                id(h) in timed_out for h in self.inflight.in_state(EXECUTING)),
+                time.monotonic() + HELPER_STOP_S, forced_too=True)
         for held in self.inflight.in_state(EXECUTING):
+            if id(held) in timed_out:
+                continue  # still settling: never requeued
             # A thread cannot be interrupted: hand its message to another worker now.
             log.warning("requeued message %r while its thread still runs after "
                         "shutdown_timeout; it may be executed twice", held.message.id)
             self.settle(held, outcome.requeued(held.delivery, held.message, self.policy))
+
+    async def _wait_running(self, running: Callable[[], bool], deadline: float,
+                            forced_too: bool = False) -> None:
+        """Until ``running()`` is false, the deadline passes or (unless ``forced_too``) a
+        second signal forces the exit; settle() wakes it."""
+        while running() and (forced_too or not self._forced) and time.monotonic() < deadline:
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), deadline - time.monotonic())
+
+    def _thread_stuck(self, limit: TimeLimit) -> None:
+        """A `def` task's thread still runs ``time_limit_grace`` after its time limit
+        raised TimeLimitExceeded in it (a blocking C call): its slot is lost. Stop taking
+        work, let the other attempts finish, and recycle into a fresh process."""
+        log.error("%s still runs %g s after its time limit of %g s (blocked in a call "
+                  "Python cannot interrupt; executor=\"process\" can): worker %s stops "
+                  "taking work and recycles into a fresh process", limit.label,
+                  self.config.time_limit_grace, limit.timeout, self.name)
+        self.recycled = self.lost_slot = True
+        self._begin_stop()
 
     @property
     def threads_left(self) -> int:

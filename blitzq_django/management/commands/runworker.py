@@ -20,6 +20,7 @@ from ...companions import Running
 from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
+from ...engine.worker import supervision
 from ...signals import worker_listeners
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
@@ -93,6 +94,7 @@ class Command(BaseCommand):
                 "visibility_timeout": float(merged["VISIBILITY_TIMEOUT"]),
                 "max_deliveries": merged["MAX_DELIVERIES"],
                 "shutdown_timeout": float(merged["SHUTDOWN_TIMEOUT"]),
+                "time_limit_grace": float(merged["TIME_LIMIT_GRACE"]),
             })
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
@@ -145,6 +147,10 @@ class Command(BaseCommand):
             counts = ", ".join(f"{k} {v}" for k, v in stats.as_dict().items())
             self.stdout.write(f"worker {worker.name} stopped: {counts}")
         sys.stdout.flush()
+        if worker.lost_slot and not supervision.supervised() and self._from_command_line():
+            # A thread stuck past its time limit: a fresh worker, in this process (its
+            # supervisor, under --processes, starts one instead).
+            cli.restart_in_place([*cli.relaunch_command(), "--processes", "1"])
         code = cli.exit_code(worker)
         if code:
             sys.exit(code)  # EXIT_RECYCLE: a supervisor starts a new worker
@@ -165,8 +171,13 @@ class Command(BaseCommand):
         """``--processes N``: N children, each this same command without --processes. A
         history writer process is started once, here, and the children run none (with
         HISTORY_WRITER "thread", each child runs its own, one of which writes)."""
+        if not self._from_command_line():
+            raise CommandError("--processes runs this command again in each worker "
+                               "process: start runworker from a command line (manage.py, "
+                               "django-admin, python -m django), not call_command()")
+        # Started the way this process was (manage.py, django-admin, python -m django).
         # --no-reload: under DEBUG each child would otherwise become a reloader of its own.
-        argv = [sys.executable, *sys.argv, "--no-reload"]
+        argv = [*cli.relaunch_command(), "--no-reload"]
         here = merged["HISTORY_WRITER"] == "process" and options["history"]
         if here:
             argv.append("--no-history")
@@ -177,8 +188,15 @@ class Command(BaseCommand):
         finally:
             if companions is not None:
                 companions.stop()
-        if code:
-            raise CommandError(f"a worker process exited with status {code}")
+        if code:  # forced, or a child that kept failing to start: logged above
+            raise CommandError(f"the worker processes stopped with exit status {code} (see "
+                               "the log above)")
+
+    @staticmethod
+    def _from_command_line() -> bool:
+        """Whether this process is this command run from a command line, and not
+        call_command() in some other program (whose command line is not ours to run)."""
+        return sys.argv[1:2] == ["runworker"]
 
     def _queues(self, given: list[str], merged: dict[str, Any], client: Any
                 ) -> tuple[str, ...]:
