@@ -259,8 +259,9 @@ def test_runworker_with_scheduler_runs_one_beside_the_worker(
     proc = _start(command_env, "runworker", "--with-scheduler", "--no-reload", "-v", "2")
     try:
         lines: list[str] = []
-        # The scheduler's thread and the worker (and its companions) log in either order.
-        _wait_for(proc, "scheduler", lines)
+        # The scheduler's thread and the worker (and its companions) log in either order;
+        # the banner names the scheduler too, so wait for the scheduler's own list.
+        _wait_for(proc, "schedule(s):", lines)
         if not any("serving" in line for line in lines):
             _wait_for(proc, "serving", lines)
         proc.send_signal(signal.SIGTERM)
