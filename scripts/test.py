@@ -272,6 +272,22 @@ def django_args(extra: list[str], dirs: tuple[str, ...] = (DJANGO_TESTS,)) -> li
     return [*selected, *options] if selected else None
 
 
+def names_paths(extra: list[str]) -> bool:
+    """Whether the user's pytest arguments name a test path (then every pass runs it)."""
+    return any(not arg.startswith("-") and (ROOT / arg.split("::", 1)[0]).exists()
+               for arg in extra)
+
+
+def main_args(extra: list[str], beside: list[PytestBeside | Step]) -> list[str]:
+    """The main pass's pytest arguments: everything, but tests/django when both passes
+    beside it run them (PostgreSQL with Django 5.2, SQLite with Django 6): a third run,
+    on SQLite with Django 5.2, would add minutes and find what those two find."""
+    both = len(beside) == 2 and all(isinstance(b, PytestBeside) for b in beside)
+    if both and not names_paths(extra):
+        return [f"--ignore={DJANGO_TESTS}", *extra]
+    return extra
+
+
 def postgres_url(python: Path, env: dict[str, str]) -> tuple[str | None, str]:
     """The PostgreSQL URL to test against, or None and why not."""
     url = os.environ.get("DATABASE_URL") or DEFAULT_POSTGRES_URL
@@ -416,14 +432,15 @@ def main(argv: list[str]) -> int:
         sqlite_env = venv_env(VENV)
         for name in DB_ENV:
             sqlite_env.pop(name, None)
-        steps.append(step_pytest("pytest", VENV, pytest_extra, sqlite_env))
-
         dj_args = django_args(pytest_extra)
         dj6_args = django_args(pytest_extra, DJANGO6_DIRS)
         beside: list[PytestBeside | Step] = []  # steps 4 and 5, in this order
         try:
+            # Started first, so that they run beside the main pass (see the docstring).
             beside.append(start_postgres_pass(python, dj_args, options, sqlite_env))
             beside.append(start_django6_pass(dj6_args, options))
+            steps.append(step_pytest("pytest", VENV, main_args(pytest_extra, beside),
+                                     sqlite_env))
         finally:
             steps += [b.finish() if isinstance(b, PytestBeside) else b for b in beside]
     except Abort as exc:

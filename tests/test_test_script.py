@@ -40,3 +40,16 @@ def test_the_postgresql_pass_runs_the_django_tests_only() -> None:
     assert s.django_args([]) == ["tests/django"]
     assert s.django_args(["tests"]) == ["tests/django"]
     assert s.django_args(["tests/browser"]) is None
+
+
+def test_the_main_pass_leaves_the_django_tests_to_both_passes_beside_it() -> None:
+    s = script()
+    started = [object.__new__(s.PytestBeside), object.__new__(s.PytestBeside)]
+    skipped = [started[0], s.Step(s.DJ6_PASS, "SKIP", 0, "no Python 3.12+")]
+    assert s.main_args([], started) == ["--ignore=tests/django"]
+    assert s.main_args(["-x"], started) == ["--ignore=tests/django", "-x"]
+    # one of them skipped: the main pass runs them on SQLite itself
+    assert s.main_args(["-x"], skipped) == ["-x"]
+    # a path named: every pass runs what it names
+    assert s.main_args(["tests/django/test_checks.py"], started) == \
+        ["tests/django/test_checks.py"]
