@@ -12,7 +12,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..context import TaskContext, _current
@@ -200,29 +200,13 @@ class Executor:
         if timeout:
             self._run_thread_limited(held, context, timeout)
             return
-        message, spec = held.message, held.spec
-        hooks = self._hooks
-
-        def call() -> Any:
-            held.started_ms = now_ms()
-            token = _current.set(context)
-            try:
-                if not hooks:
-                    return spec.func(*message.args, **message.kwargs)
-                for hook in hooks:
-                    hook()
-                try:
-                    return spec.func(*message.args, **message.kwargs)
-                finally:
-                    for hook in hooks:
-                        hook()
-            finally:
-                _current.reset(token)
+        message = held.message
 
         def conclude(error: BaseException | None, value: Any, took: float) -> None:
             self._conclude(held, error, value, held.started_ms or now_ms())
 
-        self._threads.submit(call, conclude)
+        self._threads.submit(self._thread_call(held, context, held.spec.func, message.args,
+                                               message.kwargs), conclude)
 
     def _run_thread_limited(self, held: Held, context: Callable[[], TaskContext],
                             timeout: float) -> None:
@@ -230,29 +214,12 @@ class Executor:
         deadline, and a thread that does not return makes the worker recycle
         (timelimits.py)."""
         message, spec = held.message, held.spec
-        hooks = self._hooks
         limits = self._worker.time_limits
 
         def settle(exceeded: TimeLimitExceeded) -> None:  # the worker stops; it still runs
             self._conclude(held, exceeded, None, held.started_ms or now_ms())
 
         limit = limits.start(timeout, held, (spec.name, message.id), settle)
-
-        def call() -> Any:
-            held.started_ms = now_ms()
-            token = _current.set(context)
-            try:
-                if not hooks:
-                    return limit.call(spec.func, message.args, message.kwargs)
-                for hook in hooks:
-                    hook()
-                try:
-                    return limit.call(spec.func, message.args, message.kwargs)
-                finally:
-                    for hook in hooks:
-                        hook()
-            finally:
-                _current.reset(token)
 
         def conclude(error: BaseException | None, value: Any, took: float) -> None:
             if not limits.finish(limit):
@@ -263,7 +230,35 @@ class Executor:
                 error, value = limit.exceeded(None), None
             self._conclude(held, error, value, held.started_ms or now_ms())
 
-        self._threads.submit(call, conclude)
+        self._threads.submit(self._thread_call(held, context, limit.call,
+                                               (spec.func, message.args, message.kwargs), {}),
+                             conclude)
+
+    def _thread_call(self, held: Held, context: Callable[[], TaskContext],
+                     func: Callable[..., Any], args: Sequence[Any],
+                     kwargs: dict[str, Any]) -> Callable[[], Any]:
+        """What a task thread runs for ``held``: ``func(*args, **kwargs)`` (the task, or
+        its time limit around it) in the attempt's context, between the around-call
+        hooks (Django: fresh database connections)."""
+        hooks = self._hooks
+
+        def call() -> Any:
+            held.started_ms = now_ms()
+            token = _current.set(context)
+            try:
+                if not hooks:
+                    return func(*args, **kwargs)
+                for hook in hooks:
+                    hook()
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    for hook in hooks:
+                        hook()
+            finally:
+                _current.reset(token)
+
+        return call
 
     def interrupt(self, held: Held) -> bool:
         """Cancel the running ``async def`` attempt of ``held``, revoked by cancel() (the
