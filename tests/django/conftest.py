@@ -7,9 +7,12 @@ DJANGO_SETTINGS_MODULE=testproject.settings comes from pytest.ini.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,3 +80,25 @@ def running_worker(client: Client | None = None, **options: Any) -> Iterator[Wor
         assert not thread.is_alive(), "worker did not stop"
     if "error" in outcome:
         raise outcome["error"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def manage() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start the project's manage.py commands; whatever still runs at teardown is killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT,
+                                env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

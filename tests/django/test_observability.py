@@ -12,9 +12,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +30,6 @@ from tests.support.waiting import wait_until
 from .conftest import running_worker
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def manage() -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Start manage.py commands; whatever is still running at teardown is killed."""
-    started: list[subprocess.Popen[str]] = []
-
-    def start(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT,
-                                env=env, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
 
 
 @pytest.fixture
