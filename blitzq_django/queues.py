@@ -91,13 +91,26 @@ def check_enqueue(queue: str) -> None:
                 "queues), one already running does not until it restarts; list it in "
                 "BLITZQ['QUEUES'] so that every worker serves it from the start", queue, queue)
         return
+    if queue in _served_live():
+        return
     close = closest(queue, names, n=3)
     raise ConfigurationError(
         f"queue {queue!r} is not served by a worker started without --queues, which "
         f"serves {', '.join(names)} (BLITZQ['QUEUES'], the queues of tasks, ROUTES, "
-        "django.tasks backends and PERIODIC): the message would wait for ever."
+        "django.tasks backends and PERIODIC), and no running worker serves it: the message "
+        "would wait for ever."
         + (f" Did you mean {' or '.join(map(repr, close))}?" if close else "")
         + f" If workers serve it (runworker --queues {queue}), add it to BLITZQ['QUEUES'].")
+
+
+def _served_live() -> set[str]:
+    """The queues live workers serve (a ``runworker --queues`` the settings don't name):
+    work sent there is served, so it is accepted. Read only for a queue about to be
+    refused, once per queue and client, so enqueues of named queues never pay for it."""
+    try:
+        return {q for worker in conf.get_client().workers() for q in worker.queues}
+    except BlitzqError:  # Redis unreachable: refuse as the settings alone say
+        return set()
 
 
 def _fixed(merged: dict[str, Any]) -> set[str]:

@@ -25,6 +25,9 @@ from blitzq_django.engine import CallOptions, Client, RedisBroker
 from blitzq_django.engine.errors import ConfigurationError
 from testproject.shop import tasks
 from tests.support.migrated import migrated_sqlite, sqlite_env
+from tests.support.waiting import wait_until
+
+from .conftest import running_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -332,3 +335,15 @@ def test_check_says_when_the_default_redis_is_in_use(settings: Any,
     assert "no Redis is configured" not in deploy.msg  # still the shared namespace
     settings.BLITZQ = {"QUEUES": ["default"], "NAMESPACE": "shop"}
     assert check_namespace() == []
+
+
+def test_a_queue_only_a_running_worker_serves_is_accepted(blitzq_redis: Client) -> None:
+    """``runworker --queues bulk`` with "bulk" named nowhere: accepted while it runs (the
+    demo's queue of its own), refused once no live worker serves it."""
+    with pytest.raises(ConfigurationError, match="no running worker serves it"):
+        tasks.noop.options(queue="own-queue").enqueue()
+    with running_worker(blitzq_redis, queues=["own-queue"]):
+        wait_until(lambda: any("own-queue" in w.queues for w in blitzq_redis.workers()),
+                   message="the worker's heartbeat lists its queue")
+        handle = tasks.noop.options(queue="own-queue").enqueue()
+        assert handle.result(timeout=10) is None
