@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.models import F
 
 from ..engine import TaskHandle
 from ..engine.brokers.base import Enqueue
@@ -149,6 +148,8 @@ class Relay:
 
     def publish_batch(self, using: str) -> int:
         """Publish one batch of ``using``'s rows; returns how many rows it took."""
+        from django.db.models import F  # lazy: app loading (the ORM: not at package import)
+
         from ..models import OutboxMessage  # lazy: app loading
 
         if not self._rows(using).exists():  # a plain read: no lock while there is nothing
