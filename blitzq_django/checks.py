@@ -74,7 +74,12 @@ from typing import Any
 
 from django.core import checks
 
-from . import conf
+from . import queues, schema
+from .engine.core.registry import unserved
+from .engine.errors import BlitzqError
+from .registry import declared_queues, duplicate_tasks, registry
+from .runtime import check_connection, get_client, redis_source
+from .settings import DEFAULT_REDIS_URL, get_settings, problems, user_settings
 
 TAG = "blitzq"
 
@@ -88,7 +93,7 @@ PERSISTENT_THREADS_WARNING = 100
 @checks.register(TAG)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     return [checks.Error(p.message, hint=p.hint or None, obj="settings.BLITZQ", id=p.id)
-            for p in conf.problems()]
+            for p in problems()]
 
 
 @checks.register(TAG)
@@ -107,13 +112,11 @@ def check_runworker_command(app_configs: Any = None, **kwargs: Any) -> list[chec
 
 @checks.register(TAG)
 def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    if conf.problems():
+    if problems():
         return []  # check_settings reports those; QUEUES may be unusable
-    from .decorators import declared_queues
-
-    served = set(conf.get_settings()["QUEUES"])
+    served = set(get_settings()["QUEUES"])
     found = []
-    for spec in conf.registry:
+    for spec in registry:
         if spec.queue in declared_queues and spec.queue not in served:
             found.append(checks.Warning(
                 f"Task {spec.name!r} uses queue {spec.queue!r}, which is not in "
@@ -127,9 +130,9 @@ def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
 @checks.register(TAG)
 def check_history_needs_events(app_configs: Any = None,
                                **kwargs: Any) -> list[checks.CheckMessage]:
-    if conf.problems():
+    if problems():
         return []
-    merged = conf.get_settings()
+    merged = get_settings()
     if merged["HISTORY"] == "off" or merged["EVENTS"]:
         return []
     return [checks.Warning(
@@ -143,8 +146,6 @@ def check_history_needs_events(app_configs: Any = None,
 def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """blitzq.W011: a project that never ran migrate. A warning, not an error: migrate
     itself runs the checks first."""
-    from . import schema
-
     found = schema.missing_tables()
     if not found:
         return []
@@ -160,13 +161,13 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 def check_redis_configured(app_configs: Any = None,
                            **kwargs: Any) -> list[checks.CheckMessage]:
     """blitzq.I001: no Redis configured anywhere, so the default localhost is in use."""
-    if conf.problems():
+    if problems():
         return []
-    if conf.redis_source(conf.get_settings()) != "default":
+    if redis_source(get_settings()) != "default":
         return []
     return [checks.Info(
         f"No Redis is configured (BLITZQ['REDIS_URL'], BLITZQ['CACHE_ALIAS'] and the "
-        f"REDIS_URL environment variable are unset): blitzq uses {conf.DEFAULT_REDIS_URL}.",
+        f"REDIS_URL environment variable are unset): blitzq uses {DEFAULT_REDIS_URL}.",
         hint="Set BLITZQ['REDIS_URL'] (or REDIS_URL in the environment) to say which Redis "
              "to use, and BLITZQ['NAMESPACE'] if other projects share it.",
         obj="settings.BLITZQ", id="blitzq.I001")]
@@ -174,8 +175,6 @@ def check_redis_configured(app_configs: Any = None,
 
 @checks.register(TAG)
 def check_task_names(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from .decorators import duplicate_tasks
-
     return [checks.Error(
         f"Task name {name!r} is taken by {holder}; {refused} is decorated under the same "
         "name and was refused.",
@@ -183,18 +182,18 @@ def check_task_names(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
              "worker runs the first one registered; enqueueing the refused one raises "
              "ImproperlyConfigured.",
         obj=refused, id="blitzq.E020")
-        for name, holder, refused in list(duplicate_tasks) if name in conf.registry]
+        for name, holder, refused in list(duplicate_tasks) if name in registry]
 
 
 @checks.register(TAG)
 def check_persistent_connections(app_configs: Any = None,
                                  **kwargs: Any) -> list[checks.CheckMessage]:
     """blitzq.W007: no network, only settings."""
-    if conf.problems():
+    if problems():
         return []
     from django.conf import settings
 
-    return persistent_connections(worker_threads(conf.get_settings()),
+    return persistent_connections(worker_threads(get_settings()),
                                   getattr(settings, "DATABASES", {}))
 
 
@@ -236,19 +235,17 @@ def worker_threads(merged: dict[str, Any]) -> int:
 @checks.register(TAG, deploy=True)
 def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """blitzq.E007 / W003, then the server itself (E021, E022, W005, W006)."""
-    if conf.problems():
+    if problems():
         return []
-    merged = conf.get_settings()
+    merged = get_settings()
     if merged["BROKER"] == "memory":
         return [checks.Warning(
             "BLITZQ['BROKER'] is 'memory': messages never leave the process and are lost "
             "when it exits.", hint="Use BROKER 'redis' in production.",
             obj="settings.BLITZQ", id="blitzq.W003")]
-    from .engine.errors import BlitzqError
-
     try:
-        client = conf.get_client()
-        conf.check_connection(client)
+        client = get_client()
+        check_connection(client)
     except BlitzqError as exc:
         return [checks.Error(str(exc), hint="Start Redis, or fix BLITZQ['REDIS_URL'] / "
                              "CACHE_ALIAS.", obj="settings.BLITZQ", id="blitzq.E007")]
@@ -266,13 +263,10 @@ def check_queues_served(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     """blitzq.W009: messages wait in a queue that no live worker serves (the queues
     named, and every queue Redis has seen written to). Quiet when Redis cannot be
     reached: E007 says so."""
-    if conf.problems() or conf.get_settings()["BROKER"] == "memory":
+    if problems() or get_settings()["BROKER"] == "memory":
         return []
-    from . import queues
-    from .engine.core.registry import unserved
-
     try:
-        client = conf.get_client()
+        client = get_client()
         workers = client.workers()
         stats = [client.queue_stats(q) for q in queues.shown(seen=client.seen_queues())]
     except Exception:  # noqa: BLE001 - unreachable: check_redis_reachable reports it
@@ -290,15 +284,15 @@ def check_queues_served(app_configs: Any = None, **kwargs: Any) -> list[checks.C
 @checks.register(TAG, deploy=True)
 def check_namespace(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """blitzq.W010: the default namespace, shared by every project that sets none."""
-    if conf.problems() or "NAMESPACE" in conf.user_settings():
+    if problems() or "NAMESPACE" in user_settings():
         return []
-    merged = conf.get_settings()
+    merged = get_settings()
     if merged["BROKER"] == "memory":
         return []
-    unconfigured = conf.redis_source(merged) == "default"
+    unconfigured = redis_source(merged) == "default"
     return [checks.Warning(
         f"BLITZQ['NAMESPACE'] is the default {merged['NAMESPACE']!r}"
-        + (f", and no Redis is configured ({conf.DEFAULT_REDIS_URL} is in use)"
+        + (f", and no Redis is configured ({DEFAULT_REDIS_URL} is in use)"
            if unconfigured else "")
         + ": every project that sets no NAMESPACE shares these keys, so two of them on one "
         "Redis would take each other's messages.",
@@ -392,11 +386,11 @@ def judge_redis(info: dict[str, Any], policy: str | None,
 def check_database_connections(app_configs: Any = None,
                                **kwargs: Any) -> list[checks.CheckMessage]:
     """blitzq.W004: task threads against each database's connection limit."""
-    if conf.problems():
+    if problems():
         return []
     from django.db import connections
 
-    merged = conf.get_settings()
+    merged = get_settings()
     found = []
     for alias in connections:
         try:

@@ -4,8 +4,8 @@ permissions) without a table.
 
 ``TaskRecord`` is written only by the history writer (``blitzq_django.history``),
 from the engine's per-queue events; ``OutboxMessage`` by ``enqueue(durable=True)``
-in the caller's transaction and emptied by the relay (``blitzq_django.outbox``);
-``TaskEffect`` by tasks declared ``effectively_once`` (``blitzq_django.effects``).
+in the caller's transaction and emptied by the relay (``blitzq_django.transactions.outbox``);
+``TaskEffect`` by tasks declared ``effectively_once`` (``blitzq_django.transactions.effects``).
 """
 
 from __future__ import annotations
@@ -13,22 +13,26 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from .engine.core.states import FINAL_STATES as ENGINE_FINAL_STATES
+from .engine.core.states import RecordState
+
 
 class TaskState(models.TextChoices):
-    # The engine's record states (blitzq_django.engine.core.record), one word each.
-    QUEUED = "queued", _("queued")
-    SCHEDULED = "scheduled", _("scheduled")
-    RUNNING = "running", _("running")
-    RETRYING = "retrying", _("retrying")
-    SUCCEEDED = "succeeded", _("succeeded")
-    FAILED = "failed", _("failed")
-    DEAD_LETTERED = "dead_lettered", _("dead-lettered")
-    CANCELLED = "cancelled", _("cancelled")
-    EXPIRED = "expired", _("expired")
+    # The engine's record states (engine/core/states.py RecordState), with their labels:
+    # the values are the engine's (plain strings, so the migrations keep them as such);
+    # tests/django/test_models.py checks that every RecordState is here.
+    QUEUED = RecordState.QUEUED.value, _("queued")
+    SCHEDULED = RecordState.SCHEDULED.value, _("scheduled")
+    RUNNING = RecordState.RUNNING.value, _("running")
+    RETRYING = RecordState.RETRYING.value, _("retrying")
+    SUCCEEDED = RecordState.SUCCEEDED.value, _("succeeded")
+    FAILED = RecordState.FAILED.value, _("failed")
+    DEAD_LETTERED = RecordState.DEAD_LETTERED.value, _("dead-lettered")
+    CANCELLED = RecordState.CANCELLED.value, _("cancelled")
+    EXPIRED = RecordState.EXPIRED.value, _("expired")
 
 
-FINAL_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.DEAD_LETTERED,
-                          TaskState.CANCELLED, TaskState.EXPIRED})
+FINAL_STATES = frozenset(TaskState(state.value) for state in ENGINE_FINAL_STATES)
 
 
 class TaskRecord(models.Model):

@@ -21,12 +21,15 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import conf
+from .engine import Client
 from .engine.core.suggest import closest
 from .engine.errors import BlitzqError, ConfigurationError
+from .registry import declared_queues, registry
+from .runtime import get_client
+from .settings import get_settings
 
 log = logging.getLogger("blitzq.queues")
 
@@ -38,31 +41,47 @@ WATCH_INTERVAL_S = 30.0
 _warned: set[str] = set()  # queues accepted with a warning in this process
 _warned_lock = threading.Lock()
 
+#: Features that name queues (the django.tasks backend's QUEUES, the schedules'):
+#: source(merged settings) -> queue names. apps.py adds them, in this order.
+QueueSource = Callable[[dict[str, Any]], Iterable[str]]
+_sources: list[QueueSource] = []
+
+
+def add_source(source: QueueSource) -> None:
+    """Count the queues ``source(merged)`` names among the named ones."""
+    if source not in _sources:
+        _sources.append(source)
+
+
+def attach_check(client: Client, merged: dict[str, Any]) -> None:
+    """Build hook (runtime): a client refuses a queue no default worker serves."""
+    client.queue_check = check_enqueue
+
+
+def _featured(merged: dict[str, Any]) -> list[str]:
+    return [queue for source in _sources for queue in source(merged)]
+
 
 def named(merged: dict[str, Any] | None = None) -> list[str]:
     """Every queue the project names (see the module's docstring), QUEUES first."""
-    from .decorators import declared_queues
-    from .signals import django_tasks_queues
-
-    merged = merged if merged is not None else conf.get_settings()
+    merged = merged if merged is not None else get_settings()
     routed = sorted(set(merged.get("ROUTES", {}).values()))
     return list(dict.fromkeys([*merged["QUEUES"], merged["DEFAULT_QUEUE"],
-                               *sorted(declared_queues), *routed, *django_tasks_queues(),
-                               *_periodic_queues(merged)]))
+                               *sorted(declared_queues), *routed, *_featured(merged)]))
 
 
 def served_by_default(client: Any = None, merged: dict[str, Any] | None = None
                       ) -> tuple[str, ...]:
     """What ``runworker`` without ``--queues`` serves: the named queues, then the seen
     ones (one Redis call; raises BrokerUnavailable when Redis cannot be reached)."""
-    client = client if client is not None else conf.get_client()
+    client = client if client is not None else get_client()
     return tuple(dict.fromkeys([*named(merged), *client.seen_queues()]))
 
 
 def shown(extra: Iterable[str] = (), *, seen: Iterable[str] = ()) -> list[str]:
     """The queues a listing shows: the named ones, the ``seen`` ones, and ``extra`` (the
     queues live workers serve); sorted, the default queue first."""
-    merged = conf.get_settings()
+    merged = get_settings()
     names = {*named(merged), *seen, *extra}
     default = merged["DEFAULT_QUEUE"]
     return sorted(names, key=lambda q: (q != default, q))
@@ -75,7 +94,7 @@ def check_enqueue(queue: str) -> None:
     """The client's ``queue_check``: refuse (ConfigurationError) a queue that no default
     worker serves; accept with a warning one that only a django.tasks backend accepting
     any name let through. Called once per queue by each client."""
-    merged = conf.get_settings()
+    merged = get_settings()
     names = named(merged)
     if queue in _fixed(merged):
         return
@@ -116,21 +135,17 @@ def _served_live() -> set[str]:
 def _fixed(merged: dict[str, Any]) -> set[str]:
     """The queues the settings and the code name: all the named ones but those only a
     django.tasks ``.using(queue_name=...)`` declared."""
-    from .signals import django_tasks_queues
-
     return ({*merged["QUEUES"], merged["DEFAULT_QUEUE"], *merged["ROUTES"].values(),
-             *django_tasks_queues(), *_periodic_queues(merged)} | _code_queues())
+             *_featured(merged)} | _code_queues())
 
 
 def _code_queues() -> set[str]:
     """The queues the code of the registered tasks declares: a ``@blitzq_task(queue=)``,
     a ``django.tasks`` function's ``queue_name`` as decorated (the backend may have
     registered it first for a ``.using()`` copy with another queue)."""
-    from .decorators import declared_queues
-
     found = set()
-    for spec in conf.registry:
-        bound = getattr(spec.func, "__blitzq_django_task__", None)  # backend.py's runner
+    for spec in registry:
+        bound = getattr(spec.func, "__blitzq_django_task__", None)  # tasks/django_tasks.py's runner
         if bound is None:
             if spec.queue in declared_queues:  # not the default a task without queue= got
                 found.add(spec.queue)
@@ -141,16 +156,6 @@ def _code_queues() -> set[str]:
         if isinstance(queue, str):
             found.add(queue)
     return found
-
-
-def _periodic_queues(merged: dict[str, Any]) -> list[str]:
-    from .periodic import code_schedules, settings_schedules
-
-    try:
-        schedules = [*code_schedules, *settings_schedules(merged.get("PERIODIC") or {})]
-    except BlitzqError:  # check blitzq.E015 reports a bad entry
-        schedules = list(code_schedules)
-    return sorted({s.queue for s in schedules if s.queue})
 
 
 # -- runworker -------------------------------------------------------------------------------
@@ -164,7 +169,7 @@ def unknown(given: Iterable[str], client: Any = None) -> tuple[list[str], str]:
     if not left:
         return [], ""
     try:
-        seen = set((client if client is not None else conf.get_client()).seen_queues())
+        seen = set((client if client is not None else get_client()).seen_queues())
     except (BlitzqError, OSError) as exc:
         return [], f"{type(exc).__name__}: {exc}"
     return [q for q in left if q not in seen], ""

@@ -11,10 +11,11 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from . import conf
 from .engine.core.deadletter import DeadLetter
 from .engine.core.redact import DEFAULT_REDACT, positional_names, redact, redact_value
 from .engine.dead_letters import shown
+from .registry import registry
+from .settings import redact_names, user_settings
 
 
 def names() -> tuple[str, ...]:
@@ -24,9 +25,9 @@ def names() -> tuple[str, ...]:
     wrong: the checks already report that.
     """
     try:
-        return conf.redact_names()
+        return redact_names()
     except ImproperlyConfigured:
-        user = conf.user_settings()
+        user = user_settings()
         given = user.get("REDACT") if isinstance(user, dict) else None
         extra = [n for n in given if isinstance(n, str) and n] if isinstance(
             given, list | tuple) else []
@@ -34,7 +35,7 @@ def names() -> tuple[str, ...]:
 
 
 def params(task_name: str) -> tuple[str, ...]:
-    spec = conf.registry.find(task_name)
+    spec = registry.find(task_name)
     return positional_names(spec.func) if spec is not None else ()
 
 
@@ -54,4 +55,4 @@ def redact_result(value: Any) -> Any:
 
 def shown_dead_letter(letter: DeadLetter) -> dict[str, Any]:
     """engine.dead_letters.shown() with the configured names and the process registry."""
-    return shown(letter, names(), conf.registry)
+    return shown(letter, names(), registry)

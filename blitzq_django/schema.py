@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.core.management.base import CommandError
+from django.db import connections, router
+
+from .settings import get_settings
 
 APP = "blitzq_django"
 
@@ -18,18 +22,13 @@ def missing_tables() -> list[tuple[str, list[str]]]:
     models are migrated to and that can be reached: one introspection query each. A
     database that cannot be reached (or that a test does not allow) is left out: Django
     and the command that uses it say so."""
-    from django.apps import apps
-    from django.db import connections, router
-
-    from . import conf
-
     wanted: dict[str, set[str]] = {}
     for model in apps.get_app_config(APP).get_models():
         if not model._meta.managed:
             continue
         aliases = {router.db_for_write(model)}
         if model._meta.model_name == "outboxmessage":
-            aliases |= set(_outbox_databases(conf))
+            aliases |= set(_outbox_databases())
         for alias in aliases:
             if alias in connections and router.allow_migrate_model(alias, model):
                 wanted.setdefault(alias, set()).add(model._meta.db_table)
@@ -41,9 +40,9 @@ def missing_tables() -> list[tuple[str, list[str]]]:
     return found
 
 
-def _outbox_databases(conf: Any) -> list[str]:
+def _outbox_databases() -> list[str]:
     try:
-        return list(conf.get_settings()["OUTBOX_DATABASES"])
+        return list(get_settings()["OUTBOX_DATABASES"])
     except Exception:  # noqa: BLE001 - bad settings: check_settings reports them
         return []
 

@@ -40,7 +40,7 @@ happened (``task_started`` before its outcome's signal): a slow receiver delays 
 signals behind it, never the tasks. Database connections are closed around them as
 around ``def`` tasks. A receiver that raises is logged (``send_robust``) and changes nothing
 for the message. ``runworker`` listens only when one of these signals has a receiver
-when it starts (or a ``django.tasks`` backend of BlitzQ is configured): connect
+when it starts: connect
 receivers in ``AppConfig.ready()`` or in a module it imports.
 """
 
@@ -53,11 +53,10 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from . import conf
 from .db_connections import close_old_connections_if_opened
 from .engine import TaskHandle, TaskSpec
-from .engine.core.names import name_ok
 from .engine.worker.listeners import Listener, Settled, Started
+from .registry import registry
 
 task_enqueued = Signal()
 task_started = Signal()
@@ -136,49 +135,36 @@ def _seconds(ms: int | None) -> float | None:
 
 
 class SignalListener(Listener):
-    """The worker listener that sends these signals, and the ``django.tasks`` signals of
-    tasks run by the BlitzQ backend (blitzq_django.backend). It runs on the worker's
-    thread pool (engine/worker/listeners.py)."""
+    """The worker listener that sends these signals. It runs on the worker's thread pool
+    (engine/worker/listeners.py). The ``django.tasks`` signals of tasks run by the BlitzQ
+    backend have a listener of their own (tasks/django_tasks.py)."""
 
-    def __init__(self, django_tasks: bool = False) -> None:
-        self.django_tasks = django_tasks
-        self._registry = conf.registry
+    def __init__(self) -> None:
+        self._registry = registry
 
     def started(self, event: Started) -> None:
+        if not task_started.receivers:
+            return
         message = event.message
         spec = self._registry.find(message.task)
-        django_task = self.django_tasks and _django_task(spec)
-        if not (task_started.receivers or django_task):
-            return
         close_old_connections_if_opened()
         try:
-            if task_started.receivers:
-                _robust(task_started, sender_of(spec), {
-                    "task_name": message.task, "message_id": message.id,
-                    "queue": message.queue, "attempt": message.attempt,
-                    "worker": event.worker, "task_args": tuple(message.args),
-                    "task_kwargs": dict(message.kwargs)})
-            if django_task:
-                from .backend import send_started
-
-                send_started(spec, event)
+            _robust(task_started, sender_of(spec), {
+                "task_name": message.task, "message_id": message.id,
+                "queue": message.queue, "attempt": message.attempt,
+                "worker": event.worker, "task_args": tuple(message.args),
+                "task_kwargs": dict(message.kwargs)})
         finally:
             close_old_connections_if_opened()
 
     def settled(self, event: Settled) -> None:
         signals = _SIGNALS_OF.get(event.state, ())
-        spec = self._registry.find(event.task) if event.task else None
-        django_task = (self.django_tasks and event.state in _DJANGO_FINISHED
-                       and _django_task(spec))
-        if not (django_task or any(s.receivers for s in signals)):
+        if not any(s.receivers for s in signals):
             return
+        spec = self._registry.find(event.task) if event.task else None
         close_old_connections_if_opened()
         try:
             self._send(event, spec, signals)
-            if django_task:
-                from .backend import send_finished
-
-                send_finished(spec, event)
         finally:
             close_old_connections_if_opened()
 
@@ -227,11 +213,6 @@ _SIGNALS_OF: dict[str, tuple[Signal, ...]] = {
     "dead_lettered": (task_failed, task_dead_lettered),
     "cancelled": (task_cancelled,),
 }
-_DJANGO_FINISHED = frozenset({"succeeded", "failed", "dead_lettered", "cancelled", "expired"})
-
-
-def _django_task(spec: TaskSpec | None) -> bool:
-    return spec is not None and hasattr(spec.func, "__blitzq_django_task__")
 
 
 def has_receivers() -> bool:
@@ -240,54 +221,9 @@ def has_receivers() -> bool:
 
 
 def worker_listeners() -> list[Listener]:
-    """What runworker hands its Worker: a SignalListener when a worker signal has a
-    receiver or a BlitzQ ``django.tasks`` backend is configured; else nothing (the worker
-    then pays nothing per message)."""
-    django_tasks = uses_django_tasks()
-    if not (django_tasks or has_receivers()):
-        return []
-    return [SignalListener(django_tasks=django_tasks)]
-
-
-def _blitzq_task_backends() -> list[dict[str, Any]]:
-    """The entries of settings.TASKS that use the BlitzQ backend."""
-    from django.conf import settings
-
-    tasks = getattr(settings, "TASKS", None)
-    if not isinstance(tasks, dict):
-        return []
-    return [entry for entry in tasks.values() if isinstance(entry, dict)
-            and _is_blitzq_backend(entry.get("BACKEND", ""))]
-
-
-def _is_blitzq_backend(path: Any) -> bool:
-    """``path`` names the BlitzQ backend, or a subclass of it (a project's own)."""
-    path = str(path)
-    if path.startswith("blitzq_django.backend."):
-        return True
-    from django.utils.module_loading import import_string
-
-    try:
-        found = import_string(path)
-        from .backend import BlitzQBackend
-    except Exception:  # noqa: BLE001 - a BACKEND that does not import: Django reports it
-        return False
-    return isinstance(found, type) and issubclass(found, BlitzQBackend)
-
-
-def uses_django_tasks() -> bool:
-    """settings.TASKS names the BlitzQ backend (blitzq_django.backend.BlitzQBackend)."""
-    return bool(_blitzq_task_backends())
-
-
-def django_tasks_queues() -> list[str]:
-    """The QUEUES of the BlitzQ backends of settings.TASKS (runworker serves them)."""
-    queues: list[str] = []
-    for entry in _blitzq_task_backends():
-        names = entry.get("QUEUES", ["default"])
-        if isinstance(names, list | tuple):  # invalid names: check blitzq.E102 says so
-            queues += [q for q in names if isinstance(q, str) and name_ok(q)]
-    return list(dict.fromkeys(queues))
+    """A SignalListener when a worker signal has a receiver; else nothing (the worker
+    then pays nothing per message). runworker adds the django.tasks backend's own."""
+    return [SignalListener()] if has_receivers() else []
 
 
 __all__ = [

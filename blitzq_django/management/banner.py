@@ -7,17 +7,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import conf
+from .. import runtime
 from ..engine.banner import announce, redis_location
+from ..settings import DEFAULT_REDIS_URL
 
 
 def redis_source(merged: dict[str, Any]) -> str:
-    """Where the Redis location comes from, as the settings say (conf.redis_location's
+    """Where the Redis location comes from, as the settings say (runtime.redis_location's
     order: CACHE_ALIAS, BLITZQ["REDIS_URL"], $REDIS_URL, the default)."""
-    if conf.broker_override is not None or merged["BROKER"] == "memory":
+    if runtime.broker_override is not None or merged["BROKER"] == "memory":
         return "BLITZQ['BROKER'] 'memory'" if merged["BROKER"] == "memory" else \
             "a test broker (blitzq_django.testing)"
-    source = conf.redis_source(merged)  # the one classification (checks use it too)
+    source = runtime.redis_source(merged)  # the one classification (checks use it too)
     if source == "cache":
         return f"settings.CACHES[{merged['CACHE_ALIAS']!r}] (BLITZQ['CACHE_ALIAS'])"
     if source == "setting":
@@ -25,7 +26,7 @@ def redis_source(merged: dict[str, Any]) -> str:
                 else "BLITZQ['REDIS_URL']")
     if source == "env":
         return "the REDIS_URL environment variable"
-    return (f"the default {conf.DEFAULT_REDIS_URL}: neither BLITZQ['REDIS_URL'] nor the "
+    return (f"the default {DEFAULT_REDIS_URL}: neither BLITZQ['REDIS_URL'] nor the "
             "REDIS_URL environment variable is set")
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..engine import logformat
 from ..engine.logformat import LOG_FORMATS
+from ..settings import user_settings
 
 LOG_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
               "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
@@ -38,8 +39,6 @@ def add_log_format_argument(parser: Any) -> None:
 def _setting() -> str:
     """BLITZQ["LOG_FORMAT"], or "text" while it is missing or wrong (``check`` says so)."""
     try:
-        from ..conf import user_settings
-
         value = user_settings().get("LOG_FORMAT", "text")
     except Exception:  # noqa: BLE001 - a broken BLITZQ is reported by the command itself
         return "text"

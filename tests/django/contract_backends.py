@@ -17,7 +17,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from blitzq_django.backend import BlitzQBackend, task_finished
-from blitzq_django.signals import worker_listeners
+from blitzq_django.management.commands.runworker import listeners as worker_listeners
 
 from .conftest import running_worker
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from blitzq_django import conf
 from blitzq_django.decorators import blitzq_task
+from blitzq_django.serving import pool
 
 
 def setup_child(settings_module: str | None, database: str) -> None:
     """The glue's initializer, then the test database of the test process (pytest-django
     names it per process): the ORM of the child and of the test see the same rows."""
-    conf.child_setup(settings_module)
+    pool.child_setup(settings_module)
     from django.db import connections
 
     connections["default"].settings_dict["NAME"] = database

@@ -34,7 +34,10 @@ def staff() -> DjangoClient:
 def registry(monkeypatch: pytest.MonkeyPatch) -> TaskRegistry:
     registry = TaskRegistry()
     registry.add(TaskSpec.build(connect, name="tests.connect"))
-    monkeypatch.setattr(conf, "registry", registry)
+    from blitzq_django import redaction
+
+    monkeypatch.setattr(conf, "registry", registry)  # the admin reads conf.registry
+    monkeypatch.setattr(redaction, "registry", registry)
     return registry
 
 

@@ -116,9 +116,12 @@ def test_enqueue_resolves_the_settings_once_per_client(settings: Any, monkeypatc
     def counted() -> None: ...
 
     assert counted.enqueue().queue == "main"
+    from blitzq_django import queues, runtime
+
     reads = []
     real = conf.get_settings
-    monkeypatch.setattr(conf, "get_settings", lambda: reads.append(1) or real())
+    for module in (runtime, queues):  # where settings would be read on enqueue
+        monkeypatch.setattr(module, "get_settings", lambda: reads.append(1) or real())
     for _ in range(5):
         counted.enqueue()
     assert reads == []

@@ -16,6 +16,7 @@ from django.db import connection
 from blitzq_django import conf
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client, Worker
+from blitzq_django.serving import pool
 
 from ..support.waiting import wait_until
 from . import process_tasks
@@ -24,7 +25,7 @@ from . import process_tasks
 @pytest.mark.django_db(transaction=True)
 def test_a_process_task_uses_the_settings_and_the_orm(blitzq_redis: Client) -> None:
     handle = process_tasks.orm_in_child.enqueue("made-in-a-child")
-    options = {**conf.process_pool_options(conf.get_settings()), "processes": 1,
+    options = {**pool.process_pool_options(conf.get_settings()), "processes": 1,
                "process_initializer": process_tasks.setup_child,
                "process_initargs": (os.environ.get("DJANGO_SETTINGS_MODULE"),
                                     str(connection.settings_dict["NAME"]))}
@@ -50,7 +51,7 @@ def test_a_process_task_uses_the_settings_and_the_orm(blitzq_redis: Client) -> N
 def test_the_pool_settings_reach_the_worker(settings: Any) -> None:
     settings.BLITZQ = {"BROKER": "memory", "PROCESS_POOL_SIZE": 3,
                        "PROCESS_MAX_TASKS_PER_CHILD": 50}
-    options = conf.process_pool_options(conf.get_settings())
+    options = pool.process_pool_options(conf.get_settings())
     worker = Worker(conf.get_client(), **options)
     assert worker.processes.size == 3 and worker.processes.max_tasks_per_child == 50
     assert not worker.processes.started  # nothing starts before the first process task

@@ -84,14 +84,14 @@ def test_queues_the_project_names_are_accepted(settings: Any) -> None:
 
 def test_a_task_without_a_queue_names_none_of_its_own(
         settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from blitzq_django import decorators, queues
+    from blitzq_django import queues
 
     # Only this task (without queue=) is registered, and nothing declared a queue (other
     # tests' tasks and django.tasks functions leave theirs in the process-wide sets).
     registry = conf.DjangoRegistry()
     registry.add(tasks.noop.spec)
-    monkeypatch.setattr(conf, "registry", registry)
-    monkeypatch.setattr(decorators, "declared_queues", set())
+    monkeypatch.setattr(queues, "registry", registry)
+    monkeypatch.setattr(queues, "declared_queues", set())
     settings.BLITZQ = {"BROKER": "memory", "QUEUES": ["bench"], "DEFAULT_QUEUE": "bench"}
     assert tasks.noop.enqueue().queue == "bench"
     assert "default" not in queues.named()  # runworker serves, and lists, no "default"

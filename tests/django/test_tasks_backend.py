@@ -42,7 +42,11 @@ from blitzq_django.backend import (  # noqa: E402  # noqa: E402  # noqa: E402  #
 )
 from blitzq_django.decorators import declared_queues  # noqa: E402
 from blitzq_django.engine.client import TaskCancelled  # noqa: E402
-from blitzq_django.signals import worker_listeners  # noqa: E402
+from blitzq_django.management.commands.runworker import listeners as worker_listeners  # noqa: E402
+from blitzq_django.tasks import configured  # noqa: E402
+from blitzq_django.tasks.configured import django_tasks_queues  # noqa: E402
+from blitzq_django.tasks.configured import worker_listeners as django_tasks_listeners  # noqa: E402
+from blitzq_django.tasks.django_tasks import DjangoTasksListener  # noqa: E402
 from testproject.shop import dtasks  # noqa: E402
 from tests.support.migrated import migrated_sqlite, sqlite_env
 from tests.support.waiting import wait_until  # noqa: E402
@@ -222,7 +226,7 @@ def test_registered_by_module_path_and_found_by_import(tasks_backend: Any) -> No
     assert conf.registry.get(name).name == name
     # A worker that never imported the module finds it by its module path.
     conf.registry._specs.pop(name)
-    conf.registry._unresolved.discard(name)
+    configured._unresolved.discard(name)  # the resolver's memory of names it missed
     module = sys.modules.pop("testproject.shop.dtasks")
     try:
         with worker():
@@ -301,8 +305,8 @@ def test_runworker_serves_the_backend_queues_and_listens(tasks_backend: Any) -> 
 
     assert {"default", "emails"} <= set(Command()._queues([], conf.get_settings(),
                                                           conf.get_client()))
-    (listener,) = worker_listeners()  # task_started/task_finished need the worker's hook
-    assert listener.django_tasks is True
+    (listener,) = django_tasks_listeners()  # task_started/task_finished need the worker's
+    assert isinstance(listener, DjangoTasksListener)
 
 
 def test_options_retries_give_one_worker_id_per_attempt(settings: Any,
@@ -494,15 +498,13 @@ def checks_error_level() -> int:
 
 
 def test_a_subclass_of_the_backend_is_served_and_heard(settings: Any, blitzq_redis: Any) -> None:
-    from blitzq_django.signals import django_tasks_queues
-
     settings.TASKS = {"default": {"BACKEND": "tests.django.contract_backends.QueuedBackend",
                                   "QUEUES": ["default", "emails"]}}
-    (listener,) = worker_listeners()  # its task_started / task_finished
-    assert listener.django_tasks is True
+    (listener,) = django_tasks_listeners()  # its task_started / task_finished
+    assert isinstance(listener, DjangoTasksListener)
     assert django_tasks_queues() == ["default", "emails"]  # runworker serves them
     settings.TASKS = {"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}
-    assert worker_listeners() == [] and django_tasks_queues() == []
+    assert django_tasks_listeners() == [] and django_tasks_queues() == []
 
 
 def test_get_result_on_the_memory_broker(settings: Any, blitzq_memory: Any) -> None:

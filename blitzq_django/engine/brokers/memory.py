@@ -246,6 +246,12 @@ class MemoryBroker:
     async def aseen_queues(self) -> list[str]:
         return self.seen_queues()
 
+    def unique_holder(self, queue: str, key: str) -> str | None:
+        """The id of the message holding idempotency key ``key`` on ``queue``, or None."""
+        with self._lock:
+            mark = self._unique.get((queue, key))
+        return str(mark[1]) if mark and mark[0] > time.monotonic() else None
+
     def forget_queue(self, queue: str) -> None:
         with self._lock:
             self._seen.discard(queue)

@@ -335,6 +335,13 @@ class RedisBroker:
     async def aseen_queues(self) -> list[str]:
         return await self.aio.run(ops.seen_queues(self.keys))
 
+    def unique_holder(self, queue: str, key: str) -> str | None:
+        """The id of the message holding idempotency key ``key`` on ``queue``, or None."""
+        value = self.sync.run(ops.get(self.keys.queue(queue).unique(key)))
+        if isinstance(value, bytes):
+            value = value.decode()
+        return value if isinstance(value, str) and value else None
+
     def forget_queue(self, queue: str) -> None:
         """Remove ``queue`` from the seen queues (a producer writing to it adds it back)."""
         self.sync.run(ops.forget_seen_queue(self.keys, queue))

@@ -2,7 +2,7 @@
 
 stats, workers, schedules, inspect, cancel, purge, forget-queue, dead-letters, events: the same
 commands, flags, output and exit codes as ``python -m blitzq_django.engine <command> APP`` (one
-implementation, engine/ops_cli.py; docs/cli.md), with ``conf.get_client()`` as the client.
+implementation, engine/ops_cli.py; docs/cli.md), with ``get_client()`` as the client.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, queues
+from ... import queues
 from ...engine import ops_cli
 from ...history import cli as history_cli
+from ...runtime import get_client
+from ...settings import get_settings, redact_names
 
 
 class Command(BaseCommand):
@@ -39,8 +41,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            settings = conf.get_settings()
-            client = conf.get_client()
+            settings = get_settings()
+            client = get_client()
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}",
                                returncode=ops_cli.EXIT_USAGE) from None
@@ -50,7 +52,7 @@ class Command(BaseCommand):
                                            options.get("stderr") or sys.stderr,
                                            options.get("stdin") or sys.stdin)
         ops = ops_cli.Ops(client, console, queues=queues.named(settings),
-                          redact=conf.redact_names())
+                          redact=redact_names())
         try:
             ops_cli.perform(ops, argparse.Namespace(**options))
         except ops_cli.Failure as failure:

@@ -16,12 +16,13 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, schema
+from ... import schema
 from ...engine import cli
 from ...engine.errors import BlitzqError
 from ...history import history_queues, writer_for
 from ...history.process import stop_at_stdin_eof
 from ...history.writer import BATCH
+from ...settings import get_settings
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
 
 
@@ -49,7 +50,7 @@ class Command(BaseCommand):
         configure_logging(options["verbosity"], options.get("log_level"),
                           options.get("log_format"))
         try:
-            settings = conf.get_settings()
+            settings = get_settings()
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
         schema.refuse_if_missing("runhistory")

@@ -17,8 +17,10 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, schema
+from ... import schema
 from ...outbox import relay_from_settings
+from ...runtime import get_client
+from ...settings import get_settings
 from ..logs import add_log_format_argument, configure_logging
 
 
@@ -44,8 +46,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"], log_format=options.get("log_format"))
         try:
-            merged = conf.get_settings()
-            conf.get_client()
+            merged = get_settings()
+            get_client()
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
         schema.refuse_if_missing("runoutbox")

@@ -15,9 +15,11 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, periodic, reloading, schema
+from ... import periodic, reloading, schema
 from ...engine import cli
 from ...engine.errors import BlitzqError
+from ...runtime import get_client
+from ...settings import get_settings
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
 
@@ -43,7 +45,7 @@ class Command(BaseCommand):
         configure_logging(options["verbosity"], options.get("log_level"),
                           options.get("log_format"))
         try:
-            client = conf.get_client()
+            client = get_client()
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
         reload = options.get("reload")
@@ -70,7 +72,7 @@ class Command(BaseCommand):
                 name=options.get("name"))
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
-        banner.scheduler(client, scheduler, conf.get_settings())
+        banner.scheduler(client, scheduler, get_settings())
         changed = reloading.watch(scheduler.stop) if reload else None
         try:
             asyncio.run(scheduler.run(install_signal_handlers=True, close_broker=True))

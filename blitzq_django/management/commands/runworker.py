@@ -15,13 +15,18 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, periodic, queues, reloading, schema
+from ... import periodic, queues, reloading, schema
 from ...companions import Running
 from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
 from ...engine.worker import supervision
+from ...registry import registry
+from ...runtime import get_client
+from ...serving.pool import process_pool_options
+from ...settings import get_settings
 from ...signals import worker_listeners
+from ...tasks import configured as django_tasks
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
 
@@ -62,8 +67,8 @@ class Command(BaseCommand):
         configure_logging(options["verbosity"], options.get("log_level"),
                           options.get("log_format"))
         try:
-            merged = conf.get_settings()
-            client = conf.get_client()
+            merged = get_settings()
+            client = get_client()
         except ImproperlyConfigured as exc:
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
         if options.get("processes") is None:
@@ -107,7 +112,7 @@ class Command(BaseCommand):
                               "enqueued in this process.")
             if options["processes"] > 1:
                 raise CommandError("--processes needs a Redis broker, not 'memory'")
-        if not conf.registry:
+        if not registry:
             self.stderr.write("No tasks are registered: is there a tasks.py with "
                               "@blitzq_task in an installed app?")
         banner.worker(client, config, merged, options)
@@ -117,7 +122,7 @@ class Command(BaseCommand):
         # A listener only when a blitzq signal has a receiver now, or a django.tasks
         # backend of BlitzQ is configured (signals.py): else nothing is paid per message.
         worker = Worker(client, config, around_sync_call=[close_old_connections_if_opened],
-                        listeners=worker_listeners(), **conf.process_pool_options(merged))
+                        listeners=listeners(), **process_pool_options(merged))
         # The history writer (a child process, or a thread) and the outbox relay (a
         # thread) run beside the worker.
         companions = Running().start(self._served(merged, config),
@@ -220,3 +225,9 @@ class Command(BaseCommand):
             self.stderr.write(f"warning: cannot read the queues Redis has seen ({exc}): "
                               "serving the queues the project names")
             return tuple(queues.named(merged))
+
+
+def listeners() -> list[Any]:
+    """The worker's listeners: the BlitzQ signals' and the django.tasks backend's, each
+    only when it has something to send (a worker without any pays nothing per message)."""
+    return [*worker_listeners(), *django_tasks.worker_listeners()]

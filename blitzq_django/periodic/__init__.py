@@ -15,9 +15,12 @@
                                        "kwargs": {"days": 30}}}}
 
 Cron schedules run in ``tz`` (default ``settings.TIME_ZONE``). Schedules declared in
-code live in ``code_schedules``; the client's registry (``conf.get_client()``) holds them
-and those of ``BLITZQ["PERIODIC"]``. ``manage.py runscheduler`` (or ``runworker
---with-scheduler``) dispatches them; ``manage.py blitzq schedules`` shows them.
+code live in ``code_schedules`` (``blitzq_django.registry``, below the decorator that
+fills it); the client's registry (``get_client()``) holds them and those of
+``BLITZQ["PERIODIC"]``, through the build hook ``attach_schedules`` that apps.py hands to
+the runtime. ``database.py`` holds the schedules stored in the database. ``manage.py
+runscheduler`` (or ``runworker --with-scheduler``) dispatches them; ``manage.py blitzq
+schedules`` shows them.
 
 A source of schedules besides these (a database of schedules edited in the admin) is
 added with ``add_source()``; ``notify_changed()`` after an edit makes every running
@@ -35,63 +38,27 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from . import conf
-from .engine.core.schedules import Schedule
-from .engine.errors import BlitzqError, ConfigurationError
-from .engine.scheduler import (
-    SCHEDULE_OPTIONS,
-    Scheduler,
-    ScheduleRegistry,
-    ScheduleSource,
-    schedule_of,
-)
+from ..engine import Client
+from ..engine.core.schedules import Schedule
+from ..engine.errors import BlitzqError, ConfigurationError
+from ..engine.scheduler import SCHEDULE_OPTIONS, Scheduler, ScheduleRegistry, ScheduleSource
+from ..registry import build_schedule as build
+from ..registry import code_schedules, default_tz, registry
+from ..registry import declare_schedule as declare
+from ..runtime import get_client
+from ..settings import Problem, get_settings, problems
+from ..tasks.decorators import blitzq_task
 
 log = logging.getLogger("blitzq.scheduler")
 
-#: Schedules declared in code (@periodic, @blitzq_task(schedule=...)), process-wide.
-code_schedules = ScheduleRegistry()
 #: More sources of schedules (a database): every scheduler started here reads them too.
 _sources: list[ScheduleSource] = []
-
-
-def default_tz() -> str:
-    from django.conf import settings
-
-    try:
-        return getattr(settings, "TIME_ZONE", None) or "UTC"
-    except ImproperlyConfigured:  # settings not configured (a script importing tasks)
-        return "UTC"
-
-
-def build(name: str, task: str, spec: Any, source: str) -> Schedule:
-    """A Schedule from ``spec``: a cron string, seconds, a timedelta, or a dict of
-    cron/every/schedule, tz, args, kwargs, queue, missed, catch_up, grace, enabled and
-    message options (timeout, expires, headers, priority, retries...)."""
-    if isinstance(spec, Mapping):
-        options = {k: v for k, v in spec.items() if k != "task"}
-        when = options.pop("schedule", None)
-    else:
-        options, when = {}, spec
-    if options.get("cron") is not None or isinstance(when, str):
-        options.setdefault("tz", default_tz())
-    return schedule_of(name, task, when, source=source, **options)
-
-
-def declare(task_name: str, spec: Any, *, name: str | None = None,
-            where: str = "") -> Schedule:
-    """Add a code schedule of ``task_name``; ImproperlyConfigured names where it is."""
-    try:
-        return code_schedules.add(build(name or task_name, task_name, spec, "code"))
-    except ConfigurationError as exc:
-        raise ImproperlyConfigured(f"{where}{': ' if where else ''}{exc}") from exc
 
 
 def periodic(schedule: Any = None, /, **options: Any) -> Callable[[Callable[..., Any]], Any]:
     """``@periodic(cron_or_seconds, tz=..., args=..., missed=..., name=..., **task_options)``:
     a task (as ``@blitzq_task``) that also runs on a schedule. ``cron=`` or ``every=`` may
     be given instead of the first argument."""
-    from .decorators import blitzq_task
-
     if callable(schedule):
         raise TypeError("@periodic needs a schedule: @periodic('0 3 * * *'), "
                         "@periodic(every=60) or @periodic(cron='@daily', tz='Europe/Berlin')")
@@ -122,7 +89,7 @@ def settings_schedules(entries: Any) -> list[Schedule]:
 
 
 def periodic_problems(entries: Any) -> list[tuple[str, str]]:
-    """(message, hint) for each bad BLITZQ["PERIODIC"] entry (conf.problems, E015)."""
+    """(message, hint) for each bad BLITZQ["PERIODIC"] entry (settings_problems, E015)."""
     found = []
     hint = ("For example {'cleanup': {'task': 'shop.tasks.cleanup', 'cron': '0 3 * * *', "
             "'tz': 'Europe/Berlin'}} or {'poll': {'task': '...', 'every': 60}}.")
@@ -146,14 +113,41 @@ def schedules_for(merged: Mapping[str, Any]) -> ScheduleRegistry:
     return registry
 
 
+def settings_problems(merged: dict[str, Any], bad_type: set[str]) -> list[Problem]:
+    """The settings rule of BLITZQ["PERIODIC"] (blitzq.E015), added by apps.py."""
+    if "PERIODIC" in bad_type or not merged["PERIODIC"]:
+        return []
+    return [Problem("blitzq.E015", "PERIODIC", message, hint)
+            for message, hint in periodic_problems(merged["PERIODIC"])]
+
+
+def queues(merged: dict[str, Any]) -> list[str]:
+    """The queues the schedules name (code and BLITZQ["PERIODIC"]): runworker serves them."""
+    try:
+        schedules = [*code_schedules, *settings_schedules(merged.get("PERIODIC") or {})]
+    except BlitzqError:  # check blitzq.E015 reports a bad entry
+        schedules = list(code_schedules)
+    return sorted({s.queue for s in schedules if s.queue})
+
+
+def attach_schedules(client: Client, merged: dict[str, Any]) -> None:
+    """Build hook: a client built from these settings holds their schedules."""
+    client.schedule_registry = schedules_for(merged)
+
+
+def attach_sources(client: Client, merged: dict[str, Any]) -> None:
+    """Process hook: ``client.schedules()`` (blitzq schedules) lists the database's too."""
+    client.schedule_sources = extra_sources()
+
+
 @checks.register("blitzq")
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """blitzq.E016: a schedule names a task that is not registered, or a BLITZQ["PERIODIC"]
     name is declared in code too."""
-    if conf.problems():
+    if problems():
         return []  # E015 and the other settings problems come first
     found: list[checks.CheckMessage] = []
-    entries = conf.get_settings().get("PERIODIC") or {}
+    entries = get_settings().get("PERIODIC") or {}
     for name in entries:
         if name in code_schedules:
             found.append(checks.Error(
@@ -161,7 +155,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
                 hint="Give one of them another name.", obj=name, id="blitzq.E016"))
     schedules = [*code_schedules, *settings_schedules(entries)]
     for schedule in schedules:
-        if conf.registry.find(schedule.task) is None:
+        if registry.find(schedule.task) is None:
             found.append(checks.Error(
                 f"Schedule {schedule.name!r} runs task {schedule.task!r}, which is not "
                 "registered.", hint="Check the task name (module.function, or its name=), "
@@ -180,7 +174,7 @@ def add_source(source: ScheduleSource) -> None:
 
 
 def sources() -> list[ScheduleSource]:
-    return [conf.get_client().schedule_registry, *_sources]
+    return [get_client().schedule_registry, *_sources]
 
 
 def extra_sources() -> list[ScheduleSource]:
@@ -190,11 +184,11 @@ def extra_sources() -> list[ScheduleSource]:
 
 def notify_changed() -> int:
     """Make every running scheduler read its sources again (call after an edit)."""
-    return conf.get_client().notify_schedules_changed()
+    return get_client().notify_schedules_changed()
 
 
 def make_scheduler(**options: Any) -> Scheduler:
-    return Scheduler(conf.get_client(), sources=sources(), **options)
+    return Scheduler(get_client(), sources=sources(), **options)
 
 
 class SchedulerThread:
@@ -221,4 +215,4 @@ class SchedulerThread:
         self.thread.join(timeout)
 
 
-__all__ = ["add_source", "code_schedules", "notify_changed", "periodic"]
+__all__ = ["add_source", "code_schedules", "default_tz", "notify_changed", "periodic"]

@@ -20,10 +20,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import Record
-from .engine.brokers.redis import RedisBroker
-from .engine.core.message import pack, unpack
-from .engine.redis import ops
+from ..engine import Record
+from ..engine.brokers.redis import RedisBroker
+from ..engine.core.message import pack, unpack
+from ..engine.redis import ops
 
 _VERSION = 1
 

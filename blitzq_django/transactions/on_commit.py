@@ -8,7 +8,7 @@ The database is chosen with ``task.options(using="alias")`` (default: the defaul
 database), never with a keyword of ``enqueue_on_commit`` itself, so that every
 keyword argument goes to the task. ``task.options(durable=True)`` (or
 ``durable="name"``: a named outbox) writes the message to the outbox table in the
-caller's transaction instead; the relay (``blitzq_django.outbox``) publishes it.
+caller's transaction instead; the relay (``outbox.py``) publishes it.
 
 Windows (docs/django.md):
 
@@ -24,21 +24,23 @@ Windows (docs/django.md):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
-from .engine import TaskHandle
-from .engine.brokers.base import Enqueue
-from .engine.core.names import name_ok
-from .engine.errors import ConfigurationError
-from .signals import send_enqueued, task_enqueued
+from ..engine import TaskHandle
+from ..engine.brokers.base import Enqueue
+from ..engine.client import _calls
+from ..engine.core.names import name_ok
+from ..engine.errors import ConfigurationError
+from ..signals import send_enqueued, task_enqueued
+from .outbox import held_id, save_items, write
 
 if TYPE_CHECKING:
-    from .decorators import BlitzqTask
+    from ..tasks.decorators import BlitzqTask
 
 log = logging.getLogger("blitzq")
 
@@ -98,33 +100,22 @@ class TransactionalEnqueue:
 
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
         if self.db.durable:
-            from .outbox import write
-
             return write(self, [(args, kwargs)])[0]  # type: ignore[arg-type]
         return super().enqueue(*args, **kwargs)  # type: ignore[misc, no-any-return]
 
     async def aenqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
         if self.db.durable:
-            from asgiref.sync import sync_to_async
-
-            from .outbox import write
-
             handles = await sync_to_async(write)(self, [(args, kwargs)])  # type: ignore[arg-type]
             return handles[0]
         return await super().aenqueue(*args, **kwargs)  # type: ignore[misc, no-any-return]
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
         if self.db.durable:
-            from .engine.client import _calls
-            from .outbox import write
-
             return write(self, _calls(calls))  # type: ignore[arg-type]
         return super().enqueue_many(calls)  # type: ignore[misc, no-any-return]
 
     async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
         if self.db.durable:
-            from asgiref.sync import sync_to_async
-
             return await sync_to_async(self.enqueue_many)(calls)
         return await super().aenqueue_many(calls)  # type: ignore[misc, no-any-return]
 
@@ -144,8 +135,6 @@ def enqueue_on_commit(task: BlitzqTask[..., Any], args: Sequence[Any] = (),
     db = getattr(task, "db", NO_DB_OPTIONS)
     using = using or db.using or DEFAULT_DB_ALIAS
     if db.durable:
-        from .outbox import write
-
         return write(task, [(args, kwargs)], using=using)[0]
     if not connections[using].in_atomic_block:
         return task.enqueue(*args, **kwargs)
@@ -154,7 +143,7 @@ def enqueue_on_commit(task: BlitzqTask[..., Any], args: Sequence[Any] = (),
     item = client.build(task.spec, args, kwargs, task.call)
     handle = TaskHandle(item.message_id, item.queue, client)
     if item.idempotency_key is not None:
-        held = held_id(client.broker, item.queue, item.idempotency_key)
+        held = held_id(client, item.queue, item.idempotency_key)
         if held is not None:
             handle.id = held
 
@@ -173,34 +162,9 @@ def enqueue_on_commit(task: BlitzqTask[..., Any], args: Sequence[Any] = (),
     return handle
 
 
-def held_id(broker: Any, queue: str, key: str) -> str | None:
-    """The id of the message holding idempotency key ``key`` on ``queue``, or None (also
-    when it cannot be known now: the commit-time enqueue's answer corrects the handle)."""
-    try:
-        keys = getattr(broker, "keys", None)
-        if keys is not None and hasattr(broker, "sync"):  # RedisBroker
-            from .engine.redis import ops
-
-            value = broker.sync.run(ops.get(keys.queue(queue).unique(key)))
-            if isinstance(value, bytes):
-                value = value.decode()
-            return value if isinstance(value, str) and value else None
-        marks = getattr(broker, "_unique", None)  # MemoryBroker
-        if isinstance(marks, dict):
-            mark = marks.get((queue, key))
-            if mark and mark[0] > time.monotonic():
-                return str(mark[1])
-    except Exception:  # noqa: BLE001 - a lookup only; Redis down is handled at commit
-        log.debug("could not look up idempotency key %r on queue %r", key, queue,
-                  exc_info=True)
-    return None
-
-
 def keep_in_outbox(item: Enqueue, error: BaseException, using: str) -> None:
     """The commit-time enqueue of ``item`` failed: write it to the outbox in a new
     transaction (the relay publishes it), or log an ERROR naming it if that fails too."""
-    from .outbox import save_items
-
     try:
         save_items([item], using=using, outbox="default", error=f"{type(error).__name__}: "
                    f"{error}")
