@@ -127,7 +127,7 @@ def _served_live() -> set[str]:
     work sent there is served, so it is accepted. Read only for a queue about to be
     refused, once per queue and client, so enqueues of named queues never pay for it."""
     try:
-        return {q for worker in conf.get_client().workers() for q in worker.queues}
+        return {q for worker in get_client().workers() for q in worker.queues}
     except BlitzqError:  # Redis unreachable: refuse as the settings alone say
         return set()
 
