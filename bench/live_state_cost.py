@@ -106,7 +106,7 @@ async def main():
     deliveries = []
     while len(deliveries) < n:
         deliveries += await broker.fetch(["default"], "w", 100, 10)
-    policy = outcome.Policy(True, False, "w", events=bool(maxlen))
+    policy = outcome.SettleOptions(True, False, "w", events=bool(maxlen))
     now = int(time.time() * 1000)
     settlements = [outcome.succeeded(d, decode(d.payload), task.spec, None, now, now, policy)
                    for d in deliveries]

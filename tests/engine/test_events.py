@@ -297,7 +297,7 @@ async def test_started_is_only_written_while_the_consumer_owns_the_entry(
     (delivery,) = await broker.fetch(["default"], "stale", 1, 10)
     await broker.recover("default", "fresh", 0, 10)  # the lease went to another worker
     message = _message(delivery.payload)
-    policy = outcome.Policy(True, False, "stale", events=True)
+    policy = outcome.SettleOptions(True, False, "stale", events=True)
     late = outcome.started(delivery, message, 123, policy, 60_000)
     assert await broker.settle("stale", [late], 1) == [False]
     done = Settlement(delivery, DONE, h.id, state="succeeded", task="t", attempt=1,

@@ -12,11 +12,11 @@ import pytest
 
 from blitzq_django.engine import Client, MemoryBroker, RedisBroker, current_task
 from blitzq_django.engine.core import record as states
+from blitzq_django.engine.core.ids import now_ms
 from blitzq_django.engine.core.message import decode
 from blitzq_django.engine.core.rates import Rate
 from blitzq_django.engine.errors import BrokerUnavailable
 from blitzq_django.engine.worker import ratelimit
-from blitzq_django.engine.worker.execution import now_ms
 
 from ..support.waiting import await_until
 from .helpers import background_worker, dead_letter_ids, raw_redis

@@ -201,7 +201,7 @@ async def _list_by_hand(client: Client, worker: str, ttl_ms: int) -> tuple[str, 
     info = WorkerInfo(name=worker, host="h", pid=1, queues=["default"], heartbeat_ms=now,
                       expires_ms=now + ttl_ms)
     await broker.heartbeat(worker, info.to_bytes(), now, ttl_ms, ["default"])
-    policy = outcome.Policy(True, False, worker, events=bool(broker.events_maxlen))
+    policy = outcome.SettleOptions(True, False, worker, events=bool(broker.events_maxlen))
     listing = outcome.started(delivery, decode(delivery.payload), now, policy, ttl_ms)
     assert await broker.settle(worker, [listing], now) == [True]
     return handle.id, delivery
@@ -233,7 +233,7 @@ async def test_a_recovered_message_shows_on_its_new_worker_at_once(client: Clien
     info = WorkerInfo(name="fresh", host="h", pid=2, queues=["default"], heartbeat_ms=now,
                       expires_ms=now + 60_000)
     await broker.heartbeat("fresh", info.to_bytes(), now, 60_000, ["default"])
-    policy = outcome.Policy(True, False, "fresh", events=bool(broker.events_maxlen))
+    policy = outcome.SettleOptions(True, False, "fresh", events=bool(broker.events_maxlen))
     again = outcome.started(delivery, decode(delivery.payload), now, policy, 60_000)
     assert await broker.settle("fresh", [again], now) == [True]
     # Both list it; the later start is the attempt that runs.

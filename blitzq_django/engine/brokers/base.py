@@ -220,6 +220,8 @@ class Broker(Protocol):
         """Take up to ``wanted`` tokens of a rate limit's bucket (shared by every worker):
         (granted, ms until the rest should come back, one token interval apart)."""
     # events (core/events.py), sync and async
+    #: each queue's event stream keeps about this many events; 0: no events are written
+    events_maxlen: int
     def last_event_cursor(self, queue: str) -> str:
         """The cursor of the queue's newest event, "0-0" when there is none."""
     async def alast_event_cursor(self, queue: str) -> str: ...

@@ -3,26 +3,35 @@
 `async def` tasks run on the event loop (started eagerly on 3.12+), `def` tasks on
 the worker's task threads (threads.py). Whatever an attempt does, ``_conclude`` hands exactly one
 settlement over and gives the slot back (in a ``finally``): an outcome that
-cannot be built becomes a dead letter made of safe strings.
+cannot be built becomes a dead letter made of safe strings. A message that must not
+start (expired, revoked) settles as such without running (``dropped``), at admission
+and again right before it starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..brokers.base import Broker
 from ..context import TaskContext, _current
+from ..core.ids import now_ms
+from ..core.message import Message
+from ..core.states import HeldState
+from ..core.task import TaskSpec
 from ..errors import TimeLimitExceeded
 from ..progress import ProgressReporter
 from . import outcome, tasklog
-from .inflight import RUNNING, Held
-
-if TYPE_CHECKING:
-    from .worker import Worker
+from .flusher import Flusher
+from .inflight import Held, InFlight, Revoked, Settle
+from .processes import ProcessPool
+from .threads import TaskThreads
+from .timelimits import TimeLimits
 
 log = logging.getLogger("blitzq.worker")
 
@@ -38,26 +47,34 @@ else:
         return asyncio.get_running_loop().create_task(coro)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 #: What an async attempt interrupted by cancel() concludes with.
 _REVOKED = asyncio.CancelledError("revoked")
+RUNNING = HeldState.RUNNING  # bound once: compared for every attempt
 
 
 class Executor:
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-        self._inflight = worker.inflight
-        self._policy = worker.policy
-        self._hooks = worker.around_sync_call
-        self._name = worker.name
-        self._lease_s = worker.config.visibility_timeout
-        self._settle = worker.settle
-        self._flusher = worker.flusher
-        self._revoked = worker.revocations.ids  # one set for the worker's life
-        self._threads = worker.threads
+    def __init__(self, *, broker: Broker, name: str, inflight: InFlight,
+                 options: outcome.SettleOptions, settle: Settle, flusher: Flusher,
+                 revoked: Revoked, threads: TaskThreads, time_limits: TimeLimits,
+                 processes: ProcessPool, around_sync_call: Sequence[Callable[[], Any]],
+                 lease_s: float, renew_soon: Callable[[], None], stopping: asyncio.Event,
+                 helpers_stop: asyncio.Event) -> None:
+        self._broker = broker
+        self._name = name
+        self._inflight = inflight
+        self._options = options
+        self._settle = settle
+        self._flusher = flusher
+        self._revoked = revoked  # one set for the worker's life
+        self._threads = threads
+        self._time_limits = time_limits
+        self._processes = processes
+        self._hooks = tuple(around_sync_call)
+        self._lease_s = lease_s
+        #: the lease keeper's wake-up: confirm the leases of what waited too long
+        self._renew_soon = renew_soon
+        self._stopping = stopping
+        self._helpers_stop = helpers_stop
         self._progress: ProgressReporter | None = None
         #: whether success lines are on (tasklog.py): the logger's level, read once a
         #: second rather than once per success (a call: ~1 % of a no-op task)
@@ -65,7 +82,7 @@ class Executor:
         self._watch_successes(asyncio.get_running_loop())
 
     def _watch_successes(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self._worker.helpers_stop.is_set():
+        if not self._helpers_stop.is_set():
             self.log_successes = tasklog.successes_on()
             loop.call_later(tasklog.SUCCESS_LEVEL_READ_S, self._watch_successes, loop)
 
@@ -73,13 +90,15 @@ class Executor:
         """The worker's progress writer (engine/progress.py), on this (its) loop."""
         reporter = self._progress
         if reporter is None:
-            reporter = self._progress = ProgressReporter(self._worker.broker,
+            reporter = self._progress = ProgressReporter(self._broker,
                                                          asyncio.get_running_loop())
         return reporter
 
-    @property
-    def threads_running(self) -> int:
-        return self._threads.running
+    async def drain_progress(self, timeout: float) -> None:
+        """Write the last progress reports, up to ``timeout`` (at shutdown)."""
+        if self._progress is not None:
+            with contextlib.suppress(Exception):
+                await self._progress.drain(timeout)
 
     # -- slots -----------------------------------------------------------------
 
@@ -101,8 +120,7 @@ class Executor:
 
     def fill_slots(self) -> None:
         """Start waiting deliveries while slots are free."""
-        worker = self._worker
-        if worker.stopping:
+        if self._stopping.is_set():
             return
         inflight = self._inflight
         while inflight.waiting:
@@ -112,10 +130,28 @@ class Executor:
             if time.monotonic() - held.since > self._lease_s:
                 # Held so long (a paused process, a stalled loop) that its lease may be gone
                 # to another worker: confirm it first rather than run it twice.
-                worker.leases.renew_soon()
+                self._renew_soon()
                 return
             inflight.start(held)
             self._launch(held)
+
+    def dropped(self, held: Held, message: Message, spec: TaskSpec | None) -> bool:
+        """Settle a message that must not start: expired (``expires``) or revoked
+        (``cancel()``). True if it was; called at admission and again right before it
+        starts (it may have waited for a slot meanwhile)."""
+        if message.expires_ms is not None and message.expires_ms <= now_ms():
+            held.message = message
+            tasklog.expired(held, message, now_ms() - message.expires_ms, self._name)
+            self._settle(held, outcome.expired(held.delivery, message, spec, now_ms(),
+                                               self._options))
+            return True
+        if self._revoked and (held.delivery.queue, message.id) in self._revoked:
+            held.message = message
+            log.info("cancelled message %r of %r before it started", message.id, message.task)
+            self._settle(held, outcome.cancelled(held.delivery, message, spec, now_ms(),
+                                                 self._options))
+            return True
+        return False
 
     # -- running ---------------------------------------------------------------
 
@@ -124,7 +160,7 @@ class Executor:
         message, spec, delivery = held.message, held.spec, held.delivery
         # It may have expired, or been revoked, while it waited for its slot.
         if ((message.expires_ms is not None or self._revoked)
-                and self._worker.intake.dropped(held, message, spec)):
+                and self.dropped(held, message, spec)):
             return
         worker = self._name
         reporter = self._progress or self._reporter()  # here, on the worker's loop
@@ -139,8 +175,8 @@ class Executor:
                                _progress=reporter)
 
         timeout = message.timeout or spec.timeout
-        if self._policy.track_state:
-            self._worker.flusher.add(outcome.running(delivery, message, now_ms(), self._policy))
+        if self._options.track_state:
+            self._flusher.add(outcome.running(delivery, message, now_ms(), self._options))
         elif self._flusher.sleeping:
             # to list it in the running index (and write its "started" event) if it runs
             # long (flusher.py)
@@ -150,7 +186,7 @@ class Executor:
             if not runner.done():  # an eager runner that never suspended is already settled
                 held.runner = runner
         elif spec.executor == "process":  # a child process (processes.py)
-            self._worker.processes.run(held, context, timeout, self._conclude)
+            self._processes.run(held, context, timeout, self._conclude)
         else:
             self._run_thread(held, context, timeout)
 
@@ -176,7 +212,7 @@ class Executor:
                 # Revoked by cancel() while it ran (revocations.py): recorded cancelled,
                 # never requeued, even when a shutdown cancels it too.
                 error = _REVOKED
-            elif self._worker.stopping:
+            elif self._stopping.is_set():
                 # Cancelled by a shutdown past its deadline: back on the queue for another
                 # worker.
                 self._conclude_requeued(held)
@@ -214,7 +250,7 @@ class Executor:
         deadline, and a thread that does not return makes the worker recycle
         (timelimits.py)."""
         message, spec = held.message, held.spec
-        limits = self._worker.time_limits
+        limits = self._time_limits
 
         def settle(exceeded: TimeLimitExceeded) -> None:  # the worker stops; it still runs
             self._conclude(held, exceeded, None, held.started_ms or now_ms())
@@ -305,20 +341,20 @@ class Executor:
         if held.state is not RUNNING:
             return
         try:
-            policy, message = self._policy, held.message
+            options, message = self._options, held.message
             finished = now_ms()
             try:
                 if error is None:
                     settlement = outcome.succeeded(held.delivery, message, held.spec, value,
-                                                   started, finished, policy)
+                                                   started, finished, options)
                 else:
                     settlement = outcome.failed(held.delivery, message, held.spec, error,
-                                                started, finished, policy)
+                                                started, finished, options)
             except Exception as exc:  # noqa: BLE001 - settling must be total
                 detail = f"{type(exc).__name__}: {outcome.describe(exc)}"
                 tasklog.unsettleable(held, exc, detail, self._name)
                 settlement = outcome.unsettleable(held.delivery, message, detail, finished,
-                                                  policy)
+                                                  options)
             else:
                 # The exception object exists only here: its log line carries it (exc_info).
                 if settlement.failure is not None:
@@ -343,12 +379,12 @@ class Executor:
             message = held.message
             try:
                 settlement = outcome.cancelled(held.delivery, message, held.spec, now_ms(),
-                                               self._policy, started)
+                                               self._options, started)
             except Exception as exc:  # noqa: BLE001 - settling must be total
                 settlement = outcome.unsettleable(held.delivery, message,
                                                   f"{type(exc).__name__}: "
                                                   f"{outcome.describe(exc)}", now_ms(),
-                                                  self._policy)
+                                                  self._options)
             self._settle(held, settlement)
         finally:
             if held.state is RUNNING:
@@ -358,7 +394,7 @@ class Executor:
 
     def _conclude_requeued(self, held: Held) -> None:
         try:
-            self._worker.settle(held, outcome.requeued(held.delivery, held.message, self._policy))
+            self._settle(held, outcome.requeued(held.delivery, held.message, self._options))
         finally:
             if held.state is RUNNING:
                 self._inflight.settling(held)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 
 from ..brokers.base import Broker, Settlement
+from ..core.ids import now_ms
 from ..core.running import INDEX_DELAY_S
 from ..errors import BrokerUnavailable
 
@@ -139,8 +140,7 @@ class Flusher:
         refusals = 0
         while True:
             try:
-                settled = await self._broker.settle(self._consumer, batch,
-                                                    int(time.time() * 1000), token)
+                settled = await self._broker.settle(self._consumer, batch, now_ms(), token)
             except (BrokerUnavailable, OSError) as exc:
                 # Unreachable: retry for as long as it takes (the leases are renewed meanwhile).
                 log.warning("writing %d settlements failed, retrying in %.2fs: %s",

@@ -20,19 +20,24 @@ States, in order (an entry only moves forward)::
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..brokers.base import Delivery
+from ..brokers.base import Delivery, Settlement
+from ..core.states import HeldState
 
-PREFETCHED = "prefetched"  # held, not started: waits for decoding or for a slot
-RUNNING = "running"  # its attempt executes and holds a slot
-SETTLING = "settling"  # its settlement is handed to the flusher, not yet written
+# Bound once: compared (``is``) for every message.
+PREFETCHED, RUNNING, SETTLING = HeldState.PREFETCHED, HeldState.RUNNING, HeldState.SETTLING
 
 #: Index of each priority's line (Delivery.priority), highest first.
 _LINE = {"high": 0, None: 1, "low": 2}
 
 Key = tuple[str, str, "str | None"]  # Delivery.key: (queue, entry id, priority)
+#: (queue, message id) of every revoked message (revocations.py): one set for the
+#: worker's life, shared by the parts that look ids up in it
+Revoked = set[tuple[str, str]]
+#: Hands a held delivery's settlement over (Worker.settle: to the flusher).
+Settle = Callable[["Held", Settlement], None]
 
 
 class QueueSlots:
@@ -60,7 +65,7 @@ class Held:
         self.key = key
         self.message: Any = None  # decoded Message, once decoded
         self.spec: Any = None  # its TaskSpec, once found
-        self.state = PREFETCHED
+        self.state: HeldState = PREFETCHED
         #: monotonic time the lease was last known good (fetched, claimed or renewed)
         self.since = since
         self.runner: Any = None  # the asyncio.Task of a running `async def` attempt
@@ -195,7 +200,7 @@ class InFlight:
                 held.slots.running -= 1
         return held
 
-    def in_state(self, state: str) -> list[Held]:
+    def in_state(self, state: HeldState) -> list[Held]:
         return [h for h in self._held.values() if h.state is state]
 
     def renewable(self) -> list[Held]:

@@ -39,18 +39,21 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..brokers.base import RUNNING as RUNNING_KIND
 from ..brokers.base import Settlement
+from ..core.ids import now_ms
 from ..core.message import Message
-from .execution import Executor, now_ms
-from .inflight import RUNNING, Held, Key
-
-if TYPE_CHECKING:
-    from .worker import Worker
+from ..core.states import HeldState, RecordState, SettleKind
+from .execution import Executor
+from .inflight import Held, InFlight, Key
 
 log = logging.getLogger("blitzq.worker")
+
+# Bound once: read for every transition.
+MARK_RUNNING, RUNNING = SettleKind.MARK_RUNNING, HeldState.RUNNING
+SUCCEEDED = RecordState.SUCCEEDED
+_WITH_DUE_TIME = frozenset({RecordState.RETRYING, RecordState.SCHEDULED})
 
 
 # Not frozen: built for every transition a worker with listeners makes, and a frozen
@@ -117,13 +120,12 @@ class Notifier:
     hop per batch, not per event. A slow listener delays the events behind it, never
     the tasks (it holds one pool thread)."""
 
-    def __init__(self, worker: Worker, listeners: Sequence[Listener],
-                 pool: ThreadPoolExecutor) -> None:
-        self._worker = worker
-        self._name = worker.name
+    def __init__(self, *, name: str, listeners: Sequence[Listener], pool: ThreadPoolExecutor,
+                 inflight: InFlight) -> None:
+        self._name = name
         self._listeners = tuple(listeners)
         self._pool = pool
-        self._inflight = worker.inflight
+        self._inflight = inflight
         #: delivery key -> (value, error) of its attempt, until its settlement is written
         self._outcomes: dict[Key, tuple[Any, BaseException | None]] = {}
         self._queue: deque[tuple[Callable[[Listener, Any], None], Any]] = deque()
@@ -149,7 +151,7 @@ class Notifier:
         inflight, outcomes = self._inflight, self._outcomes
 
         def settled(settlement: Settlement, ok: bool | None) -> None:
-            if settlement.kind == RUNNING_KIND:  # a running record: the attempt goes on
+            if settlement.kind == MARK_RUNNING:  # a running record: the attempt goes on
                 on_settled(settlement, ok)
                 return
             key = settlement.delivery.key
@@ -172,11 +174,11 @@ class Notifier:
             queue = letter.queue
         else:
             queue = settlement.delivery.queue
-        due = settlement.due_ms if settlement.state in ("retrying", "scheduled") else None
+        due = settlement.due_ms if settlement.state in _WITH_DUE_TIME else None
         return Settled(settlement.state, settlement.message_id, queue,
                        settlement.task or (message.task if message is not None else ""),
                        settlement.attempt or (message.attempt if message is not None else 0),
-                       self._name, message, value if settlement.state == "succeeded" else None,
+                       self._name, message, value if settlement.state == SUCCEEDED else None,
                        error if failure is not None else None, failure, letter, due,
                        settlement.duration_ms)
 
@@ -238,8 +240,8 @@ class ObservedExecutor(Executor):
     its value or error for its settlement. (A worker without listeners runs the plain
     Executor: not one instruction of this is on its path.)"""
 
-    def __init__(self, worker: Worker, notifier: Notifier) -> None:
-        super().__init__(worker)
+    def __init__(self, *, notifier: Notifier, **parts: Any) -> None:
+        super().__init__(**parts)
         self._notifier = notifier
 
     def _launch(self, held: Held) -> None:

@@ -53,6 +53,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.ids import now_ms
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -219,7 +220,7 @@ class _Slot(threading.Thread):
                     error = self._spawn()
                     if error is not None:  # the call fails with it (and is retried per policy)
                         broken = True
-                        job.finish(error, None, _now_ms())
+                        job.finish(error, None, now_ms())
                         continue
                 broken = False
                 self._call(job)
@@ -229,7 +230,7 @@ class _Slot(threading.Thread):
     # -- one call --------------------------------------------------------------
 
     def _call(self, job: _Job) -> None:
-        started = _now_ms()
+        started = now_ms()
         job.held.started_ms = started
         conn, process = self._conn, self._process
         with self._guard:
@@ -371,10 +372,6 @@ class _Slot(threading.Thread):
                 if process.is_alive():
                     process.kill()
                 process.join(EXIT_TIMEOUT_S)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # -- in the child ------------------------------------------------------------------

@@ -1,39 +1,26 @@
 """Promotion: move due scheduled messages (delayed, ETA, retry backoff) onto their queues.
 
 Any number of workers promote at once: the promote script is atomic, so each due
-message moves once.
+message moves once. The loop a worker runs beside its fetching is the scheduler's
+``promote_forever`` (scheduler/promoting.py, which also holds ``PROMOTE_LIMIT``);
+this module adds the one pass a burst worker makes before it calls itself done.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-from ..scheduler.promoting import promote_forever
-
-if TYPE_CHECKING:
-    from .worker import Worker
-
-log = logging.getLogger("blitzq.worker")
-
-PROMOTE_LIMIT = 1000
+from ..brokers.base import Broker
+from ..core.ids import now_ms
+from ..scheduler.promoting import PROMOTE_LIMIT, promote_forever
 
 
-def _ms() -> int:
-    return int(time.time() * 1000)
-
-
-async def promote_loop(worker: Worker) -> None:
-    """Until the helpers stop: sleep until the earliest scheduled message is due (at most
-    schedule_poll_interval), woken at once by a new earlier one (scheduler/promoting.py)."""
-    await promote_forever(worker.broker, worker.queues, worker.helpers_stop,
-                          worker.config.schedule_poll_interval)
-
-
-async def promote_all_due(worker: Worker) -> int:
+async def promote_all_due(broker: Broker, queues: Sequence[str]) -> int:
     """Promote what is due now on every queue; how many messages moved."""
     moved = 0
-    for queue in worker.queues:
-        moved += (await worker.broker.promote(queue, _ms(), PROMOTE_LIMIT))[0]
+    for queue in queues:
+        moved += (await broker.promote(queue, now_ms(), PROMOTE_LIMIT))[0]
     return moved
+
+
+__all__ = ["promote_all_due", "promote_forever"]

@@ -20,20 +20,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..brokers.base import RETRY, Settlement
+from ..brokers.base import Broker, Settlement
 from ..core import deadletter as reasons
-from ..core import record as states
+from ..core.ids import now_ms
 from ..core.rates import Rate, bucket_problem, bucket_rate
+from ..core.states import HeldState, RecordState, SettleKind
+from ..core.task import TaskSpec
 from ..errors import MAX_RETRY_DELAY_S, ConfigurationError
 from . import outcome, tasklog
-from .execution import now_ms
-from .inflight import PREFETCHED, Held
-
-if TYPE_CHECKING:
-    from .worker import Worker
+from .inflight import Held, InFlight, Settle
 
 log = logging.getLogger("blitzq.worker")
 
@@ -42,21 +41,29 @@ log = logging.getLogger("blitzq.worker")
 DEFER_ON_ERROR_MS = 1000
 _MAX_DELAY_MS = int(MAX_RETRY_DELAY_S * 1000)
 
+PREFETCHED = HeldState.PREFETCHED
 Group = list[tuple[Held, bool]]  # (delivery, recovered: ahead of the others)
 
 
 class RateGate:
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-        self._broker = worker.broker
-        self._inflight = worker.inflight
-        self._policy = worker.policy
-        self._offer = worker.executor.offer
-        self._rates: dict[str, Rate] = dict(getattr(worker.client, "rate_limits", None) or {})
+    def __init__(self, *, broker: Broker, name: str, inflight: InFlight,
+                 options: outcome.SettleOptions, settle: Settle,
+                 offer: Callable[[Held, bool], None], rates: Mapping[str, Rate],
+                 tasks: Iterable[TaskSpec], stopping: asyncio.Event,
+                 wake_fetcher: Callable[[], None]) -> None:
+        self._broker = broker
+        self._name = name
+        self._inflight = inflight
+        self._options = options
+        self._settle = settle
+        self._offer = offer  # the executor's: to a slot
+        self._stopping = stopping
+        self._wake_fetcher = wake_fetcher
+        self._rates: dict[str, Rate] = dict(rates)  # the client's named buckets
         self._waiting: dict[tuple[str, Rate], Group] = {}
         self._flush_due = False
         self._takes: set[asyncio.Future[None]] = set()
-        for spec in worker.client.registry:
+        for spec in tasks:
             key = spec.rate_key
             if isinstance(key, str) and spec.rate_limit is None and key not in self._rates:
                 log.error("task %r names rate bucket %r, which is not in the client's "
@@ -125,22 +132,21 @@ class RateGate:
 
     def _release(self, group: Group, rate: Rate, wait_ms: int, granted: int = 0) -> None:
         """Offer the first ``granted`` of ``group``; defer the rest, one token interval apart."""
-        worker = self._worker
         now = now_ms()
         interval = rate.interval_ms
         for i, (held, first) in enumerate(group):
             if held.state is not PREFETCHED or self._inflight.get(held.key) is not held:
                 continue  # requeued by a shutdown, or dropped after a lost lease, meanwhile
             try:
-                if worker.stopping:
-                    worker.settle(held, outcome.requeued(held.delivery, held.message,
-                                                         self._policy))
+                if self._stopping.is_set():
+                    self._settle(held, outcome.requeued(held.delivery, held.message,
+                                                        self._options))
                 elif i < granted:
                     self._offer(held, first)
                 else:
                     delay = min(wait_ms + math.ceil((i - granted) * interval), _MAX_DELAY_MS)
-                    worker.settle(held, outcome.deferred(held.delivery, held.message,
-                                                         now + max(delay, 1), self._policy))
+                    self._settle(held, outcome.deferred(held.delivery, held.message,
+                                                        now + max(delay, 1), self._options))
             except Exception as exc:  # noqa: BLE001 - settling must be total
                 self._last_resort(held, exc, now)
 
@@ -150,10 +156,10 @@ class RateGate:
         now = now_ms()
         try:
             settlement = _not_retryable(outcome.failed(held.delivery, message, held.spec,
-                                                       error, now, now, self._policy,
+                                                       error, now, now, self._options,
                                                        retry=False))
-            tasklog.failed(held, settlement, error, now, now, self._worker.name)
-            self._worker.settle(held, settlement)
+            tasklog.failed(held, settlement, error, now, now, self._name)
+            self._settle(held, settlement)
         except Exception as exc:  # noqa: BLE001
             self._last_resort(held, exc, now)
 
@@ -165,14 +171,14 @@ class RateGate:
         delivery = held.delivery
         message_id: Any = getattr(held.message, "id", None) or delivery.entry_id
         try:
-            self._worker.settle(held, Settlement(
-                delivery, RETRY, message_id, body=delivery.payload or b"",
-                due_ms=now + DEFER_ON_ERROR_MS, state=states.SCHEDULED))
+            self._settle(held, Settlement(
+                delivery, SettleKind.RETRY, message_id, body=delivery.payload or b"",
+                due_ms=now + DEFER_ON_ERROR_MS, state=RecordState.SCHEDULED))
         except Exception:  # noqa: BLE001
             log.exception("message %r: letting go of it (redelivered after its lease)",
                           message_id)
             if self._inflight.remove(held.key) is not None:
-                self._worker.wake_fetcher()
+                self._wake_fetcher()
 
 
 def _not_retryable(settlement: Settlement) -> Settlement:

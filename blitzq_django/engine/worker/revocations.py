@@ -26,16 +26,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
 
+from ..brokers.base import Broker
+from ..core.ids import now_ms
+from ..core.states import HeldState
 from ..errors import BlitzqError
 from . import outcome
-from .execution import now_ms
-from .inflight import PREFETCHED, RUNNING, Held
-
-if TYPE_CHECKING:
-    from .worker import Worker
+from .inflight import Held, InFlight, Revoked, Settle
+from .waits import wait_set
 
 log = logging.getLogger("blitzq.worker")
 
@@ -48,12 +47,20 @@ BACKOFF_MIN_S, BACKOFF_MAX_S = 0.1, 5.0
 
 
 class Revocations:
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-        self._queues = frozenset(worker.queues)
+    def __init__(self, *, broker: Broker, queues: Sequence[str], ids: Revoked,
+                 inflight: InFlight, options: outcome.SettleOptions, settle: Settle,
+                 interrupt: Callable[[Held], bool], helpers_stop: asyncio.Event) -> None:
+        self._broker = broker
+        self._queue_list = tuple(queues)
+        self._queues = frozenset(queues)
         #: (queue, message id) of each unexpired revocation of this worker's queues. One
         #: set object for the worker's life (admission binds it once): changed in place.
-        self.ids: set[tuple[str, str]] = set()
+        self.ids = ids
+        self._inflight = inflight
+        self._options = options
+        self._settle = settle
+        self._interrupt = interrupt  # the executor's: cancel a running `async def` attempt
+        self._helpers_stop = helpers_stop
         self.interval = SYNC_INTERVAL_S
         self._listening = asyncio.Event()
         self._since_read: set[tuple[str, str]] | None = None  # pushed during a read
@@ -76,7 +83,7 @@ class Revocations:
         """Re-read every unexpired revocation of the worker's queues."""
         self._since_read = set()
         try:
-            found = await self._worker.broker.revoked(self._worker.queues, now_ms())
+            found = await self._broker.revoked(self._queue_list, now_ms())
         finally:
             pushed, self._since_read = self._since_read, None
         found |= pushed
@@ -93,21 +100,21 @@ class Revocations:
     def apply(self, keys: Iterable[tuple[str, str]]) -> None:
         """Act on the held deliveries of newly revoked messages."""
         keys = set(keys)
-        for held in self._worker.inflight:
+        for held in self._inflight:
             message = held.message
             if message is not None and (held.delivery.queue, message.id) in keys:
                 self._revoke(held)
 
     def _revoke(self, held: Held) -> None:
-        worker, message = self._worker, held.message
-        if held.state is PREFETCHED:
+        message = held.message
+        if held.state is HeldState.PREFETCHED:
             log.info("cancelled message %r on %r before it started", message.id,
                      held.delivery.queue)
-            worker.settle(held, outcome.cancelled(held.delivery, message, held.spec, now_ms(),
-                                                  worker.policy))
-        elif held.state is RUNNING and not held.cancelled:
+            self._settle(held, outcome.cancelled(held.delivery, message, held.spec, now_ms(),
+                                                 self._options))
+        elif held.state is HeldState.RUNNING and not held.cancelled:
             held.cancelled = True  # current_task().cancelled; and the runner settles cancelled
-            if worker.executor.interrupt(held):
+            if self._interrupt(held):
                 log.info("cancelled running message %r on %r", message.id,
                          held.delivery.queue)
             else:
@@ -131,9 +138,8 @@ class Revocations:
 
     async def run(self, listener: asyncio.Task[None]) -> None:
         """Re-read every ``interval`` until the helpers stop; then stop listening."""
-        worker = self._worker
         try:
-            while not await worker.helper_wait(self.interval):
+            while not await wait_set(self._helpers_stop, self.interval):
                 try:
                     await self.sync()
                 except Exception as exc:  # this loop must outlive any error
@@ -149,8 +155,7 @@ class Revocations:
         while True:
             began = time.monotonic()
             try:
-                await self._worker.broker.listen_revocations(self.on_revoked,
-                                                             self._on_listening)
+                await self._broker.listen_revocations(self.on_revoked, self._on_listening)
             except Exception as exc:  # noqa: BLE001 - resubscribe; the re-reads cover the gap
                 log.warning("revocation channel lost, resubscribing in %.1fs: %s", backoff,
                             exc, exc_info=not isinstance(exc, BlitzqError | OSError))

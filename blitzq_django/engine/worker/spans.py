@@ -1,9 +1,9 @@
 """The consumer span of each attempt, for a worker whose client is instrumented
 (engine/tracing.py; docs/observability.md).
 
-``trace_attempts(worker)`` wraps a few methods of the worker's own executor instance
-(and the worker's ``settle``), so a worker without tracing runs its plain classes and
-not one instruction of this module:
+``trace_attempts(...)`` wraps a few methods of the worker's own executor instance
+and returns the worker's ``settle`` wrapped, for the parts built after it, so a
+worker without tracing runs its plain classes and not one instruction of this module:
 
 - ``_launch``: the span starts, a child of the message's creation context, and is the
   current context while the launch runs, so the ``asyncio`` task of an ``async def``
@@ -24,27 +24,27 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ..brokers.base import RUNNING as RUNNING_KIND
 from ..context import CORRELATION_HEADER, _current
+from ..core.states import HeldState, SettleKind
 from ..tracing import SYSTEM, extract
-from .inflight import RUNNING
 
 if TYPE_CHECKING:
     from ..brokers.base import Settlement
     from ..tracing import Tracing
-    from .inflight import Held, Key
-    from .worker import Worker
+    from .execution import Executor
+    from .inflight import Held, Key, Settle
+
+MARK_RUNNING, RUNNING = SettleKind.MARK_RUNNING, HeldState.RUNNING
 
 
-def trace_attempts(worker: Worker, tracing: Tracing) -> None:
-    """Give every attempt ``worker`` runs its span (see the module docstring)."""
+def trace_attempts(*, executor: Executor, tracing: Tracing, name: str,
+                   settle: Settle) -> Settle:
+    """Give every attempt ``executor`` runs its span (see the module docstring); returns
+    ``settle`` (the worker's) ending the attempt's span first, for the other parts."""
     tracer = tracing.tracer
-    executor = worker.executor
-    name = worker.name
     #: delivery key -> (span, the context it is current in), while the attempt runs
     spans: dict[Key, tuple[trace.Span, otel_context.Context]] = {}
     launch, conclude_now = executor._launch, executor._conclude_now
-    settle_here, settle_worker = executor._settle, worker.settle
 
     def traced_launch(held: Held) -> None:
         message = held.message
@@ -82,20 +82,16 @@ def trace_attempts(worker: Worker, tracing: Tracing) -> None:
         conclude_now(held, error, value, started)
 
     def ended(held: Held, settlement: Settlement) -> None:
-        if settlement.kind == RUNNING_KIND:  # its running record: the attempt goes on
+        if settlement.kind == MARK_RUNNING:  # its running record: the attempt goes on
             return
         entry = spans.pop(held.key, None)
         if entry is not None:
             entry[0].set_attribute("blitzq.task.outcome", settlement.state)
             entry[0].end()
 
-    def traced_settle_here(held: Held, settlement: Settlement) -> None:
+    def traced_settle(held: Held, settlement: Settlement) -> None:
         ended(held, settlement)
-        settle_here(held, settlement)
-
-    def traced_settle_worker(held: Held, settlement: Settlement) -> None:
-        ended(held, settlement)
-        settle_worker(held, settlement)
+        settle(held, settlement)
 
     local = threading.local()
 
@@ -116,10 +112,10 @@ def trace_attempts(worker: Worker, tracing: Tracing) -> None:
 
     executor._launch = traced_launch  # type: ignore[method-assign]
     executor._conclude_now = traced_conclude_now  # type: ignore[method-assign]
-    executor._settle = traced_settle_here
-    worker.settle = traced_settle_worker  # type: ignore[method-assign]
+    executor._settle = traced_settle
     # First, so no other hook can raise before it runs after the attempt.
     executor._hooks = (in_thread, *executor._hooks)
+    return traced_settle
 
 
 __all__ = ["trace_attempts"]

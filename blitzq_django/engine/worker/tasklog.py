@@ -36,7 +36,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..core import record as states
+from ..core.states import RecordState
 
 if TYPE_CHECKING:
     from ..brokers.base import Delivery, Settlement
@@ -53,7 +53,10 @@ if succeeded_log.level == logging.NOTSET:
     # at INFO (runworker's default) would otherwise print each one.
     succeeded_log.setLevel(logging.WARNING)
 
-_FINAL = {states.FAILED: "failed for good", states.DEAD_LETTERED: "dead-lettered"}
+# Bound once: a success line is written per message when they are on.
+SUCCEEDED, RETRYING = RecordState.SUCCEEDED, RecordState.RETRYING
+DEAD_LETTERED, EXPIRED = RecordState.DEAD_LETTERED, RecordState.EXPIRED
+_FINAL = {RecordState.FAILED: "failed for good", DEAD_LETTERED: "dead-lettered"}
 #: How often a worker reads the level of ``blitzq.task.succeeded`` (seconds).
 SUCCESS_LEVEL_READ_S = 1.0
 
@@ -97,7 +100,7 @@ def failed(held: Held, settlement: Settlement, error: BaseException | None, star
         fields = _fields(message, held.spec, worker, settlement.state, finished_ms - started_ms)
         fields["error_type"] = failure.error_type
         said = f"{failure.error_type}: {failure.error_message}"
-        if settlement.state == states.RETRYING:
+        if settlement.state == RETRYING:
             level = logging.WARNING
             fields["retry_in_s"] = round(max(settlement.due_ms - finished_ms, 0) / 1000, 3)
             then = f"retrying in {fields['retry_in_s']:g} s"
@@ -118,7 +121,7 @@ def succeeded(held: Held, started_ms: int, finished_ms: int, worker: str) -> Non
     """INFO on ``blitzq.task.succeeded`` (called only when that logger is on)."""
     try:
         message = held.message
-        fields = _fields(message, held.spec, worker, states.SUCCEEDED, finished_ms - started_ms)
+        fields = _fields(message, held.spec, worker, SUCCEEDED, finished_ms - started_ms)
         succeeded_log.info("task %s [%s] succeeded on %s (queue %s, %d ms)",
                            _shown(message.task), message.id, _attempt(fields), message.queue,
                            fields["duration_ms"], extra=fields)
@@ -135,10 +138,10 @@ def rejected(delivery: Delivery, message: Message | None, spec: TaskSpec | None,
             fields: dict[str, Any] = {
                 "task_name": None, "task_id": None, "queue": delivery.queue, "attempt": None,
                 "max_attempts": None, "duration_ms": None,
-                "outcome": states.DEAD_LETTERED, "worker": worker}
+                "outcome": DEAD_LETTERED, "worker": worker}
             what = f"entry {delivery.entry_id} of queue {delivery.queue}"
         else:
-            fields = _fields(message, spec, worker, states.DEAD_LETTERED, None)
+            fields = _fields(message, spec, worker, DEAD_LETTERED, None)
             what = (f"task {_shown(message.task)} [{message.id}] ({_attempt(fields)}, queue "
                     f"{message.queue})")
         fields["reason"] = reason
@@ -152,7 +155,7 @@ def rejected(delivery: Delivery, message: Message | None, spec: TaskSpec | None,
 def expired(held: Held, message: Message, late_ms: int, worker: str) -> None:
     """WARNING: a message dropped because it did not start before its ``expires``."""
     try:
-        fields = _fields(message, held.spec, worker, states.EXPIRED, None)
+        fields = _fields(message, held.spec, worker, EXPIRED, None)
         fields["delivery_count"] = held.delivery.delivery_count
         _emit(logging.WARNING, "task %s [%s] dropped without running (queue %s): it expired "
               "%d ms before it could start", (_shown(message.task), message.id, message.queue,
@@ -165,7 +168,7 @@ def unsettleable(held: Held, error: BaseException, detail: str, worker: str) -> 
     """ERROR: the outcome of an attempt could not be built; it is dead-lettered as text."""
     try:
         message = held.message
-        fields = _fields(message, held.spec, worker, states.DEAD_LETTERED, None)
+        fields = _fields(message, held.spec, worker, DEAD_LETTERED, None)
         fields["reason"] = "outcome could not be settled"
         _emit(logging.ERROR, "task %s [%s] (%s, queue %s): its outcome could not be built "
               "(%s): dead-lettered", (_shown(message.task), message.id, _attempt(fields),

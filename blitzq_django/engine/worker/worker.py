@@ -5,6 +5,10 @@ commit, flusher.py). Beside them run the lease keeper (renew + recover, leases.p
 and the promoter (due scheduled messages, promotion.py). What the worker holds is
 one table (inflight.py); failure hooks run once their settlement is written
 (hooks.py).
+
+The worker composes: each part gets what it uses as keyword arguments (the broker,
+the table, a ``settle`` callable, an event, another part's bound method), never the
+worker, and parts never reach each other through it.
 """
 
 from __future__ import annotations
@@ -22,28 +26,29 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..brokers.base import REQUEUE, RUNNING, Settlement
+from ..brokers.base import Settlement
 from ..client import Client
 from ..core import deadletter as reasons
-from ..core import record as states
+from ..core.ids import now_ms
 from ..core.registry import WorkerInfo
+from ..core.states import HeldState, RecordState, SettleKind
 from ..errors import BlitzqError, BrokerUnavailable
 from . import outcome, supervision
 from .config import WorkerConfig
-from .execution import Executor, now_ms
+from .execution import Executor
 from .fetching import Intake
 from .flusher import START_EVENT_DELAY_S, Flusher
 from .hooks import FailureHooks
-from .inflight import PREFETCHED, Held, InFlight
-from .inflight import RUNNING as EXECUTING
+from .inflight import Held, InFlight, Revoked, Settle
 from .leases import LeaseKeeper
 from .listeners import Listener, Notifier, ObservedExecutor
 from .processes import DEFAULT_MAX_TASKS_PER_CHILD, ProcessPool
-from .promotion import promote_all_due, promote_loop
+from .promotion import promote_all_due, promote_forever
 from .ratelimit import RateGate
 from .revocations import Revocations
 from .threads import TaskThreads
 from .timelimits import TimeLimit, TimeLimits
+from .waits import wait_set
 
 log = logging.getLogger("blitzq.worker")
 
@@ -51,14 +56,17 @@ HELPER_STOP_S = 2.0
 REGISTRY_MIN_TTL_S = 5.0  # a registry entry outlives at least this many seconds
 STARTUP_BACKOFF_MIN_S, STARTUP_BACKOFF_MAX_S = 0.5, 10.0
 
+# Bound once: read for every settlement.
+MARK_RUNNING, REQUEUE = SettleKind.MARK_RUNNING, SettleKind.REQUEUE
+
 _STATE_COUNTERS = {
-    states.SUCCEEDED: "succeeded",
-    states.FAILED: "failed",
-    states.RETRYING: "retried",
-    states.DEAD_LETTERED: "dead_lettered",
-    states.QUEUED: "requeued",
-    states.CANCELLED: "cancelled",
-    states.EXPIRED: "expired",
+    RecordState.SUCCEEDED: "succeeded",
+    RecordState.FAILED: "failed",
+    RecordState.RETRYING: "retried",
+    RecordState.DEAD_LETTERED: "dead_lettered",
+    RecordState.QUEUED: "requeued",
+    RecordState.CANCELLED: "cancelled",
+    RecordState.EXPIRED: "expired",
 }
 
 
@@ -78,6 +86,18 @@ class Stats:
 
 
 class Worker:
+    # Built in run() (_build): they belong to its loop.
+    pool: ThreadPoolExecutor
+    time_limits: TimeLimits
+    flusher: Flusher
+    executor: Executor
+    gate: RateGate
+    intake: Intake
+    revocations: Revocations
+    leases: LeaseKeeper
+    hooks: FailureHooks
+    _settle: Settle  # settle(), traced when the client is instrumented
+
     def __init__(
         self,
         client: Client,
@@ -105,11 +125,11 @@ class Worker:
         self.around_sync_call = tuple(around_sync_call)
         #: global failure hooks, after each task's own: called with the failed attempt's
         #: Record / the DeadLetter once the settlement is written
-        self._on_failure = tuple(on_failure)
-        self._on_dead_letter = tuple(on_dead_letter)
+        self._on_failure, self._on_dead_letter = tuple(on_failure), tuple(on_dead_letter)
         #: observers of each attempt's start and each settlement (listeners.py); none: the
         #: plain executor and settlement callback run, at no cost
         self.listeners = tuple(listeners)
+        self.notifier: Notifier | None = None
         #: the children of executor="process" tasks (processes.py): ``processes`` of them
         #: (None: one per CPU), started on the first such task. The initializer runs once
         #: in each child, ``process_around_call`` before and after each call there; both
@@ -118,39 +138,30 @@ class Worker:
                                      initializer=process_initializer,
                                      initargs=process_initargs,
                                      around_call=process_around_call)
-        self.notifier: Notifier | None = None
-        self.stats = Stats()
-        self.policy = outcome.Policy(client.store_results, client.track_state, self.name,
-                                     client.max_result_size, client.max_message_size,
-                                     events=bool(getattr(client.broker, "events_maxlen", 0)))
-        self._start_with_outcome = self.policy.start_with_outcome
+        self.settle_options = _settle_options(client, self.name)
+        self._start_with_outcome = self.settle_options.start_with_outcome
         #: every delivery this worker holds (see inflight.py)
         self.inflight = InFlight(self.config.concurrency, self.config.queue_concurrency)
+        self._revoked: Revoked = set()  # filled by the revocations, read by the others
+        self.stats = Stats()
         self._settled_count = 0
         self._started_ms = now_ms()
+        self.threads: TaskThreads | None = None  # `def` attempts; built in run()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._init_stopping()
+
+    def _init_stopping(self) -> None:
         self.helpers_stop = asyncio.Event()
         self._room = asyncio.Event()  # set when the fetch loop may read more
+        self._renew_now = asyncio.Event()  # set when the leases must be renewed at once
         self._stopping = asyncio.Event()
-        self.stopping_event = self._stopping  # for the hot path: one call, not two
-        self._forced = False
-        self._stop_requested = False
+        self._forced = self._stop_requested = False
         self._signalled_at: float | None = None  # monotonic time of the first stop signal
         #: stopped by max_tasks or max_memory_mb (a supervisor should start a new one)
         self.recycled = False
         #: recycled because a `def` task's thread ran on past its time limit and grace: a
         #: slot is lost for good, so a process of its own starts afresh (cli.py)
         self.lost_slot = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        # Built in run(): they belong to its loop.
-        self.pool: ThreadPoolExecutor
-        self.threads: TaskThreads
-        self.time_limits: TimeLimits
-        self.flusher: Flusher
-        self.executor: Executor
-        self.intake: Intake
-        self.revocations: Revocations
-        self.leases: LeaseKeeper
-        self.hooks: FailureHooks
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -161,29 +172,7 @@ class Worker:
         ``close_broker`` closes the broker's connections of this loop at the end: right
         for a loop of the worker's own, wrong where other code on the loop shares them.
         """
-        self._loop = asyncio.get_running_loop()
-        self.pool = ThreadPoolExecutor(self.config.thread_count, thread_name_prefix="blitzq")
-        self.threads = TaskThreads(self.config.thread_count, self._loop)  # `def` attempts
-        self.time_limits = TimeLimits(self._loop, self.config.time_limit_grace,
-                                      self._thread_stuck)
-        on_settled = self._settled
-        if self.listeners:
-            self.notifier = Notifier(self, self.listeners, self.pool)
-            on_settled = self.notifier.wrap(on_settled)
-        self.flusher = Flusher(self.broker, self.name, on_settled, self._fallback,
-                               self._unwritten_starts)
-        self.revocations = Revocations(self)  # before the parts that read its set
-        self.executor = (Executor(self) if self.notifier is None
-                         else ObservedExecutor(self, self.notifier))
-        if self.client.tracing is not None:  # OpenTelemetry: a span per attempt (spans.py)
-            from .spans import trace_attempts
-
-            trace_attempts(self, self.client.tracing)
-        self.gate = RateGate(self)  # admission of rate-limited tasks (ratelimit.py)
-        self.intake = Intake(self)
-        self.leases = LeaseKeeper(self)
-        self.hooks = FailureHooks(self.client.registry, self.pool, self._on_failure,
-                                  self._on_dead_letter, self.around_sync_call)
+        self._build(asyncio.get_running_loop())
         if install_signal_handlers:
             self._install_signals()
         if self._stop_requested:
@@ -199,7 +188,11 @@ class Worker:
             flushing = asyncio.create_task(self.flusher.run(), name="blitzq-flusher")
             helpers = [asyncio.create_task(self.leases.run(), name="blitzq-leases")]
             if self.config.promote:
-                helpers.append(asyncio.create_task(promote_loop(self), name="blitzq-promoter"))
+                # Until the helpers stop: sleeps until the earliest scheduled message is
+                # due (at most schedule_poll_interval), woken by a new earlier one.
+                helpers.append(asyncio.create_task(promote_forever(
+                    self.broker, self.queues, self.helpers_stop,
+                    self.config.schedule_poll_interval), name="blitzq-promoter"))
             # Revocations (cancel): listening, and what is revoked already, before fetching.
             listener = await self.revocations.start()
             helpers.append(asyncio.create_task(self.revocations.run(listener),
@@ -212,6 +205,73 @@ class Worker:
             await self._shut_down(flushing, helpers or [], close_broker)
         return self.stats
 
+    # -- composition ---------------------------------------------------------------
+
+    def _build(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Build the parts, each given what it uses; they belong to ``loop``."""
+        self._loop = loop
+        cfg = self.config
+        self.pool = ThreadPoolExecutor(cfg.thread_count, thread_name_prefix="blitzq")
+        self.threads = TaskThreads(cfg.thread_count, loop)
+        self.time_limits = TimeLimits(loop, cfg.time_limit_grace, self._thread_stuck)
+        self.flusher = Flusher(self.broker, self.name, self._settled_callback(),
+                               self._fallback, self._unwritten_starts)
+        self.executor = executor = self._build_executor(self.threads)
+        self._settle = settle = self._traced_settle()
+        broker, name, inflight, options = self.broker, self.name, self.inflight, self.settle_options
+        self.gate = RateGate(  # admission of rate-limited tasks (ratelimit.py)
+            broker=broker, name=name, inflight=inflight, options=options, settle=settle,
+            offer=executor.offer, rates=self.client.rate_limits, tasks=self.client.registry,
+            stopping=self._stopping, wake_fetcher=self._room.set)
+        self.intake = Intake(
+            broker=broker, name=name, config=cfg, inflight=inflight, options=options,
+            settle=settle, find=self.client.registry.find, offer=executor.offer,
+            limit=self.gate.admit, dropped=executor.dropped, revoked=self._revoked,
+            max_message_size=self.client.max_message_size, pool=self.pool, room=self._room,
+            stopping=self._stopping, nothing_due=self.nothing_due)
+        self.leases = LeaseKeeper(
+            broker=broker, name=name, queues=self.queues, config=cfg, inflight=inflight,
+            wake=self._renew_now, admit=self.intake.admit, fill_slots=executor.fill_slots,
+            wake_fetcher=self._room.set, beat=self.beat, check_memory=self.check_memory,
+            stopping=self._stopping, helpers_stop=self.helpers_stop)
+        self.revocations = Revocations(
+            broker=broker, queues=self.queues, ids=self._revoked, inflight=inflight,
+            options=options, settle=settle, interrupt=executor.interrupt,
+            helpers_stop=self.helpers_stop)
+        self.hooks = FailureHooks(self.client.registry, self.pool, self._on_failure,
+                                  self._on_dead_letter, self.around_sync_call)
+
+    def _settled_callback(self) -> Callable[[Settlement, bool | None], None]:
+        """What the flusher reports each written settlement to: ``_settled``, and the
+        listeners after it when there are any."""
+        if not self.listeners:
+            return self._settled
+        self.notifier = Notifier(name=self.name, listeners=self.listeners, pool=self.pool,
+                                 inflight=self.inflight)
+        return self.notifier.wrap(self._settled)
+
+    def _build_executor(self, threads: TaskThreads) -> Executor:
+        parts: dict[str, Any] = {
+            "broker": self.broker, "name": self.name, "inflight": self.inflight,
+            "options": self.settle_options, "settle": self.settle, "flusher": self.flusher,
+            "revoked": self._revoked, "threads": threads, "time_limits": self.time_limits,
+            "processes": self.processes, "around_sync_call": self.around_sync_call,
+            "lease_s": self.config.visibility_timeout, "renew_soon": self._renew_now.set,
+            "stopping": self._stopping, "helpers_stop": self.helpers_stop}
+        if self.notifier is None:
+            return Executor(**parts)
+        return ObservedExecutor(notifier=self.notifier, **parts)
+
+    def _traced_settle(self) -> Settle:
+        """``settle``, for the parts built after the executor: with OpenTelemetry, the
+        executor's attempts get their spans and settling ends them (spans.py)."""
+        if self.client.tracing is None:
+            return self.settle
+        from .spans import trace_attempts  # lazy: cost (opentelemetry)
+
+        return trace_attempts(executor=self.executor, tracing=self.client.tracing,
+                              name=self.name, settle=self.settle)
+
     async def _prepare(self) -> bool:
         """Create the consumer groups, waiting for Redis as long as it takes (a service
         started before its Redis must come up, not exit). False if stopped meanwhile."""
@@ -223,7 +283,7 @@ class Worker:
             except (BrokerUnavailable, OSError) as exc:
                 log.warning("worker %s cannot reach Redis (attempt %d), retrying in %.1fs: %s",
                             self.name, attempt, backoff, exc)
-                await self.sleep(backoff)
+                await wait_set(self._stopping, backoff)
                 backoff, attempt = min(backoff * 2, STARTUP_BACKOFF_MAX_S), attempt + 1
         return False
 
@@ -242,10 +302,7 @@ class Worker:
             await self.notifier.drain(self.config.shutdown_timeout)
         if self.hooks.pending:  # failure hooks of the last settlements
             await asyncio.wait(self.hooks.pending, timeout=self.config.shutdown_timeout)
-        reporter = getattr(getattr(self, "executor", None), "_progress", None)
-        if reporter is not None:  # the last progress reports (engine/progress.py)
-            with contextlib.suppress(Exception):
-                await reporter.drain(self.config.shutdown_timeout)
+        await self.executor.drain_progress(self.config.shutdown_timeout)
         if flushing is not None:
             with contextlib.suppress(Exception):
                 await self.broker.retire(self.queues, self.name)
@@ -255,7 +312,8 @@ class Worker:
             await asyncio.get_running_loop().run_in_executor(None, self.processes.shutdown)
         # Threads still running were requeued by _drain; do not wait for them here.
         self.pool.shutdown(wait=False, cancel_futures=True)
-        self.threads.shutdown()
+        if self.threads is not None:
+            self.threads.shutdown()
         self.time_limits.close()
         if close_broker:
             with contextlib.suppress(Exception):
@@ -321,13 +379,14 @@ class Worker:
     async def _drain(self) -> None:
         """Wait for running attempts up to shutdown_timeout; settle those past their time
         limit as timed out; requeue what is left."""
-        for held in self.inflight.in_state(PREFETCHED):  # never started: back on the queue
-            self.settle(held, outcome.requeued(held.delivery, held.message, self.policy))
+        settle, options = self._settle, self.settle_options
+        for held in self.inflight.in_state(HeldState.PREFETCHED):  # never started: requeued
+            settle(held, outcome.requeued(held.delivery, held.message, options))
         deadline = time.monotonic() + self.config.shutdown_timeout
         # (Not for the threads stuck past their time limit: they are why it stops.)
         await self._wait_running(lambda: self.inflight.running > len(self.time_limits.stuck),
                                  deadline)
-        runners = [h.runner for h in self.inflight.in_state(EXECUTING) if h.runner]
+        runners = [h.runner for h in self.inflight.in_state(HeldState.RUNNING) if h.runner]
         for runner in runners:
             runner.cancel()  # the runner requeues its own message
         if runners:
@@ -337,15 +396,15 @@ class Worker:
         timed_out = {id(limit.attempt) for limit in self.time_limits.settle_expired()}
         if timed_out:  # settled once their last progress report is written: wait for it
             await self._wait_running(lambda: any(
-                id(h) in timed_out for h in self.inflight.in_state(EXECUTING)),
+                id(h) in timed_out for h in self.inflight.in_state(HeldState.RUNNING)),
                 time.monotonic() + HELPER_STOP_S, forced_too=True)
-        for held in self.inflight.in_state(EXECUTING):
+        for held in self.inflight.in_state(HeldState.RUNNING):
             if id(held) in timed_out:
                 continue  # still settling: never requeued
             # A thread cannot be interrupted: hand its message to another worker now.
             log.warning("requeued message %r while its thread still runs after "
                         "shutdown_timeout; it may be executed twice", held.message.id)
-            self.settle(held, outcome.requeued(held.delivery, held.message, self.policy))
+            settle(held, outcome.requeued(held.delivery, held.message, options))
 
     async def _wait_running(self, running: Callable[[], bool], deadline: float,
                             forced_too: bool = False) -> None:
@@ -370,7 +429,7 @@ class Worker:
     @property
     def threads_left(self) -> int:
         """Thread attempts still running after run() returned (their messages were requeued)."""
-        return self.executor.threads_running if hasattr(self, "executor") else 0
+        return self.threads.running if self.threads is not None else 0
 
     # -- the registry ------------------------------------------------------------
 
@@ -396,35 +455,15 @@ class Worker:
         except (BlitzqError, OSError) as exc:  # the registry is for people; serving goes on
             log.warning("worker heartbeat failed: %s", exc)
 
-    # -- what the parts share --------------------------------------------------
-
-    async def wait_for_room(self, queue: str) -> None:
-        """Until ``queue`` has room for more deliveries (or the worker stops)."""
-        self._room.clear()
-        if self.inflight.slots(queue).held < self.config.prefetch_of(queue):
-            return
-        await self._room.wait()
-
-    def wake_fetcher(self) -> None:
-        self._room.set()
-
-    async def sleep(self, seconds: float) -> None:
-        """Sleep, returning early if the worker stops."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
-
-    async def helper_wait(self, seconds: float) -> bool:
-        """Sleep, or return True as soon as the helpers are told to stop."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.helpers_stop.wait(), seconds)
-        return self.helpers_stop.is_set()
+    # -- what the parts are given ------------------------------------------------
 
     async def nothing_due(self) -> bool:
+        """Burst mode: nothing is left to write or to promote."""
         if self.flusher.backlog:
             return False
         if not self.config.promote:
             return True
-        return await promote_all_due(self) == 0
+        return await promote_all_due(self.broker, self.queues) == 0
 
     def check_memory(self) -> None:
         if not self.config.max_memory_mb or self.stopping:
@@ -466,13 +505,13 @@ class Worker:
         watch = False
         limit = now_ms() - int(START_EVENT_DELAY_S * 1000)
         ttl_ms = self.registry_ttl_ms
-        for held in self.inflight.in_state(EXECUTING):
+        for held in self.inflight.in_state(HeldState.RUNNING):
             if held.start_written:
                 continue
             if held.started_ms and held.started_ms <= limit:
                 held.start_written = True
                 due.append(outcome.started(held.delivery, held.message, held.started_ms,
-                                           self.policy, ttl_ms))
+                                           self.settle_options, ttl_ms))
             else:
                 watch = True
         return due, watch
@@ -481,18 +520,18 @@ class Worker:
         """What to write when Redis keeps refusing a settlement: a plain dead letter."""
         last_resort = settlement.letter is not None and \
             settlement.letter.reason == reasons.UNSETTLEABLE
-        if settlement.kind == RUNNING or last_resort:
+        if settlement.kind == MARK_RUNNING or last_resort:
             return None
         held = self.inflight.get(settlement.delivery.key)
         message = held.message if held is not None else None
         return outcome.unsettleable(settlement.delivery, message,
                                     f"Redis refused it: {outcome.describe(error)}", now_ms(),
-                                    self.policy)
+                                    self.settle_options)
 
     def _settled(self, settlement: Settlement, ok: bool | None) -> None:
         """Called by the flusher once a settlement is written (True), refused because the
         lease was lost (False), or given up after Redis refused it (None)."""
-        if settlement.kind == RUNNING:
+        if settlement.kind == MARK_RUNNING:
             return  # the delivery goes on; only its "running" record was written
         key = settlement.delivery.key
         self.inflight.settled(key)
@@ -516,6 +555,12 @@ class Worker:
                      self._settled_count)
             self.recycled = True
             self._begin_stop()
+
+
+def _settle_options(client: Client, name: str) -> outcome.SettleOptions:
+    return outcome.SettleOptions(client.store_results, client.track_state, name,
+                                 client.max_result_size, client.max_message_size,
+                                 events=bool(client.broker.events_maxlen))
 
 
 @functools.cache
