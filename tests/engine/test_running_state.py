@@ -156,8 +156,10 @@ async def test_a_record_written_at_enqueue_gives_way_to_running(client: Client) 
     inspect() must still say running while the attempt runs."""
     task, release = long_task(client, "async")
     item = client.build(task.spec, (1,), {})
+    # The backend writes the message's own creation time (a second clock read may fall
+    # in a later millisecond on a loaded machine).
     queued = Record(id=item.message_id, task="long", queue="default", state=states.QUEUED,
-                    created_ms=now_ms())
+                    created_ms=decode(item.payload).created_ms)
     client.broker.enqueue([replace(item, record=queued.to_bytes())])
     assert client.inspect(item.message_id).state == states.QUEUED  # type: ignore[union-attr]
     async with background_worker(client) as worker:
