@@ -15,9 +15,10 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, periodic, reloading, schema
+from ... import conf, periodic, schema
 from ...engine import cli
 from ...engine.errors import BlitzqError
+from ...serving import reloading
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
 

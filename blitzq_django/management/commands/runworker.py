@@ -15,12 +15,13 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf, periodic, queues, reloading, schema
-from ...companions import Running
+from ... import conf, periodic, queues, schema
 from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
 from ...engine.worker import supervision
+from ...serving import reloading
+from ...serving.companions import Running
 from ...signals import worker_listeners
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
