@@ -140,9 +140,8 @@ class TestBroker(MemoryBroker):
         if spec is None:
             raise TaskNotRegistered(f"unknown task {message.task!r} (eager run)")
         client = conf.get_client()
-        record, error = eager.run(message, spec, eager.settle_options(
-            client.max_result_size, client.max_message_size))
-        self._keep(record)
+        error = eager.run(message, spec, eager.settle_options(
+            client.max_result_size, client.max_message_size), self._keep)
         if error is not None and self.propagate:
             raise error
         return message.id

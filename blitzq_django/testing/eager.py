@@ -37,11 +37,12 @@ def settle_options(max_result_size: int, max_message_size: int) -> outcome.Polic
                           max_result_size=max_result_size, max_message_size=max_message_size)
 
 
-def run(message: Message, spec: TaskSpec,
-        options: outcome.Policy) -> tuple[Record, BaseException | None]:
-    """Every attempt of ``message``, now: its final record, and the error to raise when
+def run(message: Message, spec: TaskSpec, options: outcome.Policy,
+        keep: Callable[[Record], None]) -> BaseException | None:
+    """Every attempt of ``message``, now; its final record goes to ``keep`` (before the
+    dead-letter hook runs, as a worker writes it first). Returns the error to raise when
     it did not succeed (the task's own, or TaskFailed when its result could not be
-    stored). Failure hooks run as a worker runs them, for each failed attempt."""
+    stored), else None. Failure hooks run as a worker runs them, for each failed attempt."""
     if spec.store_result is False:  # kept all the same: see settle_options()
         spec = dataclasses.replace(spec, store_result=None)
     max_attempts = spec.retry.with_overrides(message.policy).max_attempts
@@ -68,7 +69,8 @@ def run(message: Message, spec: TaskSpec,
             settled = outcome.succeeded(delivery, message, spec, value, started, finished,
                                         options)
             if settled.state == SUCCEEDED:
-                return Record.from_bytes(settled.record), None
+                keep(Record.from_bytes(settled.record))
+                return None
             error = TaskFailed(settled.failure)  # its result could not be stored
         else:
             settled = outcome.failed(delivery, message, spec, error, started, finished,
@@ -77,9 +79,10 @@ def run(message: Message, spec: TaskSpec,
         if settled.state == RETRYING:
             message = message.next_attempt(finished)  # at once: no back-off in eager mode
             continue
+        keep(settled.failure)
         if settled.state == DEAD_LETTERED:
             _hook(spec.on_dead_letter, settled.letter)
-        return settled.failure, error
+        return error
 
 
 def _hook(hook: Callable[[Any], Any] | None, value: Any) -> None:
