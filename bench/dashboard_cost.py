@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a live dashboard costs the workers: the same work with and without aggregators
-following the queue (blitzq_django/live/aggregator.py, as the dashboard's socket runs it).
+following the queue (blitzq_django/web/live/aggregator.py, as the dashboard's socket runs it).
 
     python3 bench/dashboard_cost.py --n 30000 --rate 2000 --seconds 15 --repeats 5
 
@@ -51,7 +51,7 @@ r = client.broker.sync.client
 """
 
 DASHBOARD = SETUP + r"""
-from blitzq_django.live.aggregator import Aggregator
+from blitzq_django.web.live.aggregator import Aggregator
 async def main():
     agg = Aggregator(client, lambda extra: ["default", *extra], linger_s=3600)
     inbox = agg.subscribe()

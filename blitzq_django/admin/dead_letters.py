@@ -23,8 +23,7 @@ from ..engine.core import deadletter as reasons
 from ..engine.core.deadletter import DeadLetter as Letter
 from ..engine.core.names import name_ok
 from ..models import DeadLetter, TaskRecord
-from .common import (
-    PageAdmin,
+from ..web.common import (
     age,
     as_json,
     client,
@@ -33,7 +32,7 @@ from .common import (
     known_queues,
     record_context,
 )
-from .pages import Filter, list_context
+from .pages import Filter, PageAdmin, list_context
 
 PER_PAGE = 100
 REASONS = (reasons.RETRIES_EXHAUSTED, reasons.NOT_RETRYABLE, reasons.MAX_DELIVERIES,

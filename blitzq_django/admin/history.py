@@ -9,7 +9,6 @@ the actions and buttons are hidden without them, and their URLs answer 403.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,12 +25,14 @@ from django.utils.html import format_html, format_html_join
 
 from .. import conf, redaction
 from ..engine import CallOptions
+from ..engine.core.ids import now_ms
 from ..engine.core.message import decode
 from ..engine.core.redact import MASK
 from ..engine.core.registry import CANCELLED, FINISHED, REVOKED
 from ..engine.errors import BlitzqError
+from ..history import health, history_queues
 from ..models import TaskRecord
-from .common import (
+from ..web.common import (
     ENGINE_ERRORS,
     client,
     duration,
@@ -342,12 +343,10 @@ class TaskRecordAdmin(admin.ModelAdmin):
     def _incomplete_banner(self, request: HttpRequest) -> None:
         """An error banner per queue whose history lost or could not write events within
         HISTORY_RETENTION days (history/health.py): the list is not the whole story."""
-        from ..history import health, history_queues
-
         settings = conf.get_settings()
         if not conf.history_on(settings) or request.method != "GET":
             return
-        since = int((time.time() - settings["HISTORY_RETENTION"] * 86400) * 1000)
+        since = int(now_ms() - settings["HISTORY_RETENTION"] * 86_400_000)
         found = safely(request, "Whether the history is complete could not be read from "
                                 "Redis", lambda: health.read(client(),
                                                               history_queues(settings)), [])

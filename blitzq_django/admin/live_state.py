@@ -9,9 +9,10 @@ import datetime as dt
 from typing import Any
 
 from ..engine.core import record as states
+from ..engine.core.ids import now_ms
 from ..engine.core.record import Record
 from ..models import TaskRecord
-from .common import age, client, from_ms, record_context
+from ..web.common import age, client, from_ms, record_context
 
 
 def _ms(when: dt.datetime | None) -> int | None:
@@ -22,7 +23,7 @@ def _in(ms: int | None) -> str:
     """How far ahead a time in ms since the epoch is: '59 s', '3 min', 'now'."""
     if ms is None:
         return ""
-    seconds = ms / 1000 - dt.datetime.now(dt.UTC).timestamp()
+    seconds = (ms - now_ms()) / 1000
     if seconds <= 0:
         return "now"
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):

@@ -6,7 +6,8 @@ Django's template reads a ``ChangeList``; these pages have no queryset, so ``Pag
 answers the few attributes the template reads outside the blocks the pages override
 (``search``, ``date_hierarchy``, ``result_list``, ``pagination``,
 ``object-tools-items``), and ``Filter`` is one group of the filter panel, drawn by
-Django's ``{% admin_list_filter %}`` and its ``admin/filter.html``.
+Django's ``{% admin_list_filter %}`` and its ``admin/filter.html``. ``PageAdmin`` is the
+ModelAdmin of such a page.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django import forms
+from django.contrib import admin
 from django.db.models.options import Options
+from django.http import HttpRequest
 
 
 @dataclass(frozen=True)
@@ -60,3 +63,17 @@ def list_context(opts: Options, filters: Sequence[Filter] = (),
     """The context ``admin/change_list.html`` needs besides the admin site's."""
     return {"cl": PageList(opts, list(filters), clear_all), "opts": opts,
             "media": forms.Media()}
+
+
+class PageAdmin(admin.ModelAdmin):
+    """An admin page over a model without a table (DeadLetter, QueueOverview): it only
+    shows what the engine reports; its own actions carry their own permissions."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

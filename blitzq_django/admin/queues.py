@@ -15,23 +15,22 @@ from django.urls import path, reverse
 
 from ..engine.core.registry import unserved, workers_per_queue
 from ..models import QueueOverview
-from .common import PageAdmin, age, client, engine_errors, from_ms, known_queues
-from .pages import list_context
+from ..web.common import age, client, engine_errors, from_ms, known_queues
+from ..web.live import views as dashboard  # the live dashboard (docs/dashboard.md)
+from .pages import PageAdmin, list_context
 
 
 @admin.register(QueueOverview)
 class QueueOverviewAdmin(PageAdmin):
     def get_urls(self) -> list[Any]:
-        from ..live import views as live  # the live dashboard (docs/dashboard.md)
-
         info = f"{self.opts.app_label}_{self.opts.model_name}"
         return [path("", self.admin_site.admin_view(self.changelist_view),
                      name=f"{info}_changelist"),
                 path("dashboard/", self.admin_site.admin_view(
-                    lambda request: live.dashboard_view(self, request)),
+                    lambda request: dashboard.dashboard_view(self, request)),
                     name=f"{info}_dashboard"),
                 path("dashboard/data/", self.admin_site.admin_view(
-                    lambda request: live.dashboard_data(self, request)),
+                    lambda request: dashboard.dashboard_data(self, request)),
                     name=f"{info}_dashboard_data")]
 
     def changelist_view(self, request: HttpRequest,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,12 +33,13 @@ from django.utils.safestring import mark_safe
 from .. import conf, periodic, periodic_db
 from ..engine import CallOptions
 from ..engine.core import schedules as rules
+from ..engine.core.ids import now_ms
 from ..engine.core.names import check_name
 from ..engine.core.schedules import Schedule
 from ..engine.errors import BlitzqError
 from ..engine.scheduler import ScheduleInfo, infos
 from ..models import PeriodicSchedule
-from .common import ENGINE_ERRORS, age, client, safely
+from ..web.common import ENGINE_ERRORS, age, client, safely
 
 #: Form fields, and the words of engine messages that point at them (first match wins).
 FIELD_WORDS = (("kwargs", "kwargs"), ("args", "args"), ("cron", "cron"), ("every", "every"),
@@ -307,10 +307,6 @@ def _infos(request: HttpRequest, schedules: list[Schedule]) -> dict[str, Schedul
     return None if found is None else {i.name: i for i in found}
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def run_now(row: PeriodicSchedule) -> tuple[bool, str]:
     """Enqueue one message of the schedule's task at once, with its arguments: a run of
     its own (a fresh message id), not an occurrence of the schedule."""
@@ -368,7 +364,7 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
                 schedule: Schedule | None = periodic_db.to_schedule(obj)
             except BlitzqError:
                 schedule = None
-            runs = describe_runs(schedule, None, _now_ms())
+            runs = describe_runs(schedule, None, now_ms())
         return runs
 
     @admin.display(description="timing")
@@ -430,7 +426,7 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
             except BlitzqError:
                 built[row.pk] = None
         found = _infos(request, [s for s in built.values() if s is not None])
-        now = _now_ms()
+        now = now_ms()
         for row in rows:
             schedule = built[row.pk]
             row.blitzq_runs = describe_runs(
@@ -443,7 +439,7 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
             request, "The schedules declared in code could not be read",
             lambda: list(client().schedule_registry), list(periodic.code_schedules))
         found = _infos(request, registry) if registry else {}
-        now = _now_ms()
+        now = now_ms()
         out = []
         for schedule in sorted(registry, key=lambda s: s.name):
             info = found.get(schedule.name) if found else None

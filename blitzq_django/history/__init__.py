@@ -1,7 +1,7 @@
 """Task history: the engine's events, written to TaskRecord rows (docs/django.md).
 
 ``companion(settings)`` is what ``runworker`` starts beside its worker (see
-``blitzq_django.companions``): a HistoryWriter of the queues the settings name, in a
+``blitzq_django.serving.companions``): a HistoryWriter of the queues the settings name, in a
 child process (``HISTORY_WRITER`` "process", the default: process.py) or on a thread,
 or None when ``BLITZQ["HISTORY"]`` is "off" or events are off. ``manage.py
 runhistory`` runs the same writer as a process of its own.

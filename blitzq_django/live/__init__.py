@@ -1,3 +1,2 @@
-"""The live dashboard: an aggregator per process reading the events streams
-(``aggregator``), a WebSocket consumer for staff (``consumers``, ``routing``) and the admin
-page with its HTTP fallback (``views``). docs/dashboard.md tells the whole story."""
+"""``blitzq_django.live.routing``, the path docs/dashboard.md teaches for asgi.py: an
+alias of ``blitzq_django.web.live.routing``. The dashboard lives in ``web/live/``."""

@@ -1,39 +1,8 @@
-"""The dashboard's WebSocket route, and an application to mount it with.
-
-In a project's asgi.py::
-
-    from channels.routing import ProtocolTypeRouter
-    from blitzq_django.live.routing import websocket_application
-
-    application = ProtocolTypeRouter({"http": django_asgi_app,
-                                      "websocket": websocket_application()})
-
-or add ``websocket_urlpatterns`` to your own ``URLRouter`` (keep it inside
-``AllowedHostsOriginValidator`` and ``AuthMiddlewareStack``).
-"""
+"""An alias of ``blitzq_django.web.live.routing`` (the dashboard's WebSocket route), kept
+at the path asgi.py files import (docs/dashboard.md)."""
 
 from __future__ import annotations
 
-from typing import Any
+from ..web.live.routing import DASHBOARD_PATH, websocket_application, websocket_urlpatterns
 
-from django.urls import path
-
-from .consumers import DashboardConsumer
-
-#: Where the dashboard page connects (its template reads this path).
-DASHBOARD_PATH = "ws/blitzq/dashboard/"
-
-websocket_urlpatterns = [
-    path(DASHBOARD_PATH, DashboardConsumer.as_asgi(), name="blitzq-dashboard-socket"),
-]
-
-
-def websocket_application(extra: list[Any] | None = None) -> Any:
-    """The dashboard socket (plus ``extra`` WebSocket routes): origin-checked against
-    ALLOWED_HOSTS, with the session's user."""
-    from channels.auth import AuthMiddlewareStack
-    from channels.routing import URLRouter
-    from channels.security.websocket import AllowedHostsOriginValidator
-
-    return AllowedHostsOriginValidator(AuthMiddlewareStack(
-        URLRouter([*websocket_urlpatterns, *(extra or [])])))
+__all__ = ["DASHBOARD_PATH", "websocket_application", "websocket_urlpatterns"]

@@ -1,2 +1,2 @@
-"""Running processes beside the web server: the worker's process pool, companions
-started with runworker, autoreloading."""
+"""What ``runworker`` and ``runscheduler`` run beside their loop: companions (threads
+beside the worker), the ``--reload`` restarter and the process pool's set-up."""

@@ -17,9 +17,9 @@ from django.test import Client as DjangoClient
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
 from blitzq_django.engine.core.events import Event
-from blitzq_django.live import aggregator
-from blitzq_django.live.aggregator import Tally
-from blitzq_django.live.routing import websocket_application
+from blitzq_django.web.live import aggregator
+from blitzq_django.web.live.aggregator import Tally
+from blitzq_django.web.live.routing import websocket_application
 from tests.support.waiting import await_until
 
 PATH = "/ws/blitzq/dashboard/"

@@ -15,8 +15,8 @@ from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client, current_task
 from blitzq_django.engine.core.running import Running
 from blitzq_django.engine.progress import Progress
-from blitzq_django.live import aggregator
-from blitzq_django.live.aggregator import Tally
+from blitzq_django.web.live import aggregator
+from blitzq_django.web.live.aggregator import Tally
 from tests.support.waiting import await_until, wait_until
 
 from .conftest import running_worker

@@ -13,10 +13,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.test import Client as DjangoClient
 
-from blitzq_django import progress
 from blitzq_django.engine import Client
 from blitzq_django.engine.progress import MIN_INTERVAL_S, Progress
-from blitzq_django.live.routing import websocket_application
+from blitzq_django.web import progress
+from blitzq_django.web.live.routing import websocket_application
 from testproject.shop.tasks import export_orders, export_orders_async, noop
 from tests.support.published import Published
 from tests.support.waiting import wait_until

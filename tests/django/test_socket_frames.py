@@ -16,10 +16,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission, User
 from django.test import Client as DjangoClient
 
-from blitzq_django import progress
 from blitzq_django.engine import Client
-from blitzq_django.live import aggregator
-from blitzq_django.live.routing import websocket_application
+from blitzq_django.web import progress
+from blitzq_django.web.live import aggregator
+from blitzq_django.web.live.routing import websocket_application
 from testproject.shop.tasks import export_orders, noop
 from tests.support.waiting import await_until
 

@@ -81,6 +81,16 @@ def hooked_failure() -> None:
     raise FlakyError("hook me")
 
 
+@blitzq_task(store_result=False)
+def unkept(x: int) -> int:
+    return x + 1
+
+
+@blitzq_task(retries=1, initial_delay=60, dead_letter=False)
+def gives_up() -> None:
+    raise FlakyError("given up")
+
+
 # -- pytest style ---------------------------------------------------------------------------
 
 
@@ -221,6 +231,23 @@ def test_failure_hooks_run_in_both_modes(blitzq: Blitzq, eager: bool) -> None:
     assert (record.state, record.attempt, record.error_type) == ("dead_lettered", 2,
                                                                  "FlakyError")
     assert "hook me" in (record.traceback or "")
+
+
+@pytest.mark.parametrize("task", [always_fails, gives_up])
+def test_eager_settles_as_a_worker_does(blitzq: Blitzq, task: Any) -> None:
+    """Eager runs and drain() end in the same record: one set of outcome rules."""
+    blitzq.propagate = False
+    drained = task.enqueue()
+    blitzq.drain()
+    blitzq.eager = True
+    eager = task.enqueue()
+    fields = ("state", "attempt", "reason", "error_type", "error_message")
+    assert [getattr(eager.record(), f) for f in fields] == \
+        [getattr(drained.record(), f) for f in fields]
+
+
+def test_eager_keeps_the_result_of_a_task_that_stores_none(blitzq_eager: Blitzq) -> None:
+    assert unkept.enqueue(1).result() == 2  # the handle is how a test reads the outcome
 
 
 def test_eager_keeps_idempotency_keys(blitzq_eager: Blitzq) -> None:

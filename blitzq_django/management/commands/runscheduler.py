@@ -15,10 +15,11 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import periodic, reloading, schema
+from ... import periodic, schema
 from ...engine import cli
 from ...engine.errors import BlitzqError
 from ...runtime import get_client
+from ...serving import reloading
 from ...settings import get_settings
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging

@@ -15,14 +15,15 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import periodic, queues, reloading, schema
-from ...companions import Running
+from ... import periodic, queues, schema
 from ...db_connections import close_old_connections_if_opened
 from ...engine import Worker, cli
 from ...engine.errors import BlitzqError
 from ...engine.worker import supervision
 from ...registry import registry
 from ...runtime import get_client
+from ...serving import reloading
+from ...serving.companions import Running
 from ...serving.pool import process_pool_options
 from ...settings import get_settings
 from ...signals import worker_listeners

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from django.utils.module_loading import import_string
+
 log = logging.getLogger("blitzq")
 
 Companion = Callable[[threading.Event], None]
@@ -35,8 +37,6 @@ class Running:
 
     def start(self, settings: dict[str, Any], only: set[str] | None = None,
               without: frozenset[str] = frozenset()) -> Running:
-        from django.utils.module_loading import import_string
-
         for path in COMPANIONS:
             name = path.rsplit(".", 2)[-2]
             if (only is not None and name not in only) or name in without:

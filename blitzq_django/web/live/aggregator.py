@@ -39,8 +39,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..engine import Client, progress
-from ..engine.core.events import (
+from ...engine import Client, progress
+from ...engine.core.events import (
     DEAD_LETTERED,
     ENQUEUED,
     FAILED,
@@ -49,7 +49,8 @@ from ..engine.core.events import (
     SUCCEEDED,
     Event,
 )
-from ..engine.core.registry import workers_per_queue
+from ...engine.core.ids import now_ms
+from ...engine.core.registry import workers_per_queue
 
 log = logging.getLogger("blitzq.dashboard")
 
@@ -67,10 +68,6 @@ FAILURE_KINDS = frozenset({FAILED, RETRIED, DEAD_LETTERED})
 #: The totals: one per event kind counted, named as the kind.
 TOTALS = (ENQUEUED, STARTED, SUCCEEDED, RETRIED, FAILED, DEAD_LETTERED)
 RUNNING_SHOWN = 50  # attempts listed as running now, at most (the oldest first)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _percentile(ordered: list[int], fraction: float) -> int | None:

@@ -21,14 +21,15 @@ import redis
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from . import conf
-from . import queues as project_queues
-from .engine import metrics as engine_metrics
-from .engine.client import Client
-from .engine.core.registry import unserved, workers_per_queue
-from .engine.errors import BlitzqError
+from .. import conf
+from .. import queues as project_queues
+from ..engine import metrics as engine_metrics
+from ..engine.client import Client
+from ..engine.core.registry import unserved, workers_per_queue
+from ..engine.errors import BlitzqError
+from ..history import health
 
-#: What a scrape may meet when Redis cannot be read (as the admin pages: admin/common.py).
+#: What a scrape may meet when Redis cannot be read (as the admin pages: web/common.py).
 ENGINE_ERRORS: tuple[type[BaseException], ...] = (BlitzqError, redis.RedisError, OSError)
 
 #: Gauges of a queue: name, QueueStats field, help.
@@ -122,8 +123,6 @@ def _history(client: Client, found: dict[str, Any]) -> None:
     """Each queue's history health (with history on): {lost, unwritable, gaps, unread}."""
     if not conf.history_on(conf.get_settings()):
         return
-    from .history import health
-
     for h in health.read(client, list(found)):
         found[h.queue]["history"] = {"lost": h.lost, "unwritable": h.unwritable,
                                      "gaps": h.gaps, "unread": h.unread}
@@ -136,6 +135,7 @@ class Collector:
         self.numbers = numbers
 
     def collect(self) -> Iterator[Any]:
+        # lazy: cost (prometheus-client is the optional metrics extra)
         from prometheus_client.core import (
             CounterMetricFamily,
             GaugeMetricFamily,
@@ -198,6 +198,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text format (needs prometheus-client: the ``metrics`` extra)."""
     if not allowed(request):
         return _refused(request)
+    # lazy: cost (prometheus-client is the optional metrics extra)
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     try:

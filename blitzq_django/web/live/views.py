@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from ..admin.common import ENGINE_ERRORS, client, known_queues
+from ..common import ENGINE_ERRORS, client, known_queues
 from .aggregator import Poller
 from .routing import DASHBOARD_PATH
 

@@ -1,5 +1,6 @@
-"""What the admin pages share: the engine client, known queues, engine errors shown as
-messages, and task data made fit for display (redacted, then escaped by the templates)."""
+"""What the admin pages and the live dashboard share: the engine client, known queues,
+engine errors shown as messages, and task data made fit for display (redacted, then
+escaped by the templates). Here, below both, so that neither imports the other."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis
-from django.contrib import admin, messages
+from django.contrib import messages
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -106,16 +107,3 @@ def record_context(record: Record | None) -> dict[str, Any] | None:
             "created": from_ms(record.created_ms), "started": from_ms(record.started_ms),
             "finished": from_ms(record.finished_ms), "worker": record.worker or ""}
 
-
-class PageAdmin(admin.ModelAdmin):
-    """An admin page over a model without a table (DeadLetter, QueueOverview): it only
-    shows what the engine reports; its own actions carry their own permissions."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -20,7 +20,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from .. import conf
+from ... import conf
+from ..common import known_queues
 from . import aggregator
 
 PERMISSION = "blitzq_django.view_queueoverview"
@@ -34,14 +35,8 @@ def allowed(user: Any) -> bool:
                 and user.is_active and user.is_staff and user.has_perm(PERMISSION))
 
 
-def _queues(extra: Any) -> list[str]:
-    from ..admin.common import known_queues
-
-    return known_queues(extra)
-
-
 def make_aggregator() -> aggregator.Aggregator:
-    return aggregator.Aggregator(conf.get_client, _queues)
+    return aggregator.Aggregator(conf.get_client, known_queues)
 
 
 class DashboardConsumer(AsyncJsonWebsocketConsumer):
