@@ -30,7 +30,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -45,6 +45,9 @@ from .engine.scheduler import (
     ScheduleSource,
     schedule_of,
 )
+
+if TYPE_CHECKING:
+    from .decorators import TaskDecorator
 
 log = logging.getLogger("blitzq.scheduler")
 
@@ -86,7 +89,7 @@ def declare(task_name: str, spec: Any, *, name: str | None = None,
         raise ImproperlyConfigured(f"{where}{': ' if where else ''}{exc}") from exc
 
 
-def periodic(schedule: Any = None, /, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+def periodic(schedule: Any = None, /, **options: Any) -> TaskDecorator:
     """``@periodic(cron_or_seconds, tz=..., args=..., missed=..., name=..., **task_options)``:
     a task (as ``@blitzq_task``) that also runs on a schedule. ``cron=`` or ``every=`` may
     be given instead of the first argument."""
@@ -104,7 +107,7 @@ def periodic(schedule: Any = None, /, **options: Any) -> Callable[[Callable[...,
         declare(task.name, spec, name=name, where=f"@periodic on {task.name}")
         return task
 
-    return wrap
+    return wrap  # type: ignore[return-value]  # blitzq_task's overloads, applied
 
 
 # -- BLITZQ["PERIODIC"] ---------------------------------------------------------------
@@ -222,3 +225,4 @@ class SchedulerThread:
 
 
 __all__ = ["add_source", "code_schedules", "notify_changed", "periodic"]
+

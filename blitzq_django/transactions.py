@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
@@ -39,6 +39,8 @@ from .signals import send_enqueued, task_enqueued
 
 if TYPE_CHECKING:
     from .decorators import BlitzqTask
+
+R = TypeVar("R")
 
 log = logging.getLogger("blitzq")
 
@@ -87,7 +89,7 @@ class TransactionalEnqueue:
 
     db: DbOptions = NO_DB_OPTIONS
 
-    def options(self, **changes: Any) -> Any:
+    def options(self, **changes: Any) -> Self:
         """A copy whose enqueues use these per-call options: the engine's (queue,
         task_id, delay, eta, priority, idempotency_key ...) and ``using`` (database
         alias) and ``durable`` (True or an outbox name)."""
@@ -129,9 +131,9 @@ class TransactionalEnqueue:
         return await super().aenqueue_many(calls)  # type: ignore[misc, no-any-return]
 
 
-def enqueue_on_commit(task: BlitzqTask[..., Any], args: Sequence[Any] = (),
+def enqueue_on_commit(task: BlitzqTask[..., R], args: Sequence[Any] = (),
                       kwargs: dict[str, Any] | None = None, *,
-                      using: str | None = None) -> TaskHandle:
+                      using: str | None = None) -> TaskHandle[R]:
     """Enqueue ``task(*args, **kwargs)`` once the transaction on ``using`` commits.
 
     The handle's id is the pre-assigned message id; with an idempotency key already
@@ -152,7 +154,7 @@ def enqueue_on_commit(task: BlitzqTask[..., Any], args: Sequence[Any] = (),
     client = task._client()  # resolved now: a settings error shows at the call site
     # Encode now, so an argument msgpack cannot carry fails here, not after the commit.
     item = client.build(task.spec, args, kwargs, task.call)
-    handle = TaskHandle(item.message_id, item.queue, client)
+    handle: TaskHandle[R] = TaskHandle(item.message_id, item.queue, client)
     if item.idempotency_key is not None:
         held = held_id(client.broker, item.queue, item.idempotency_key)
         if held is not None:
