@@ -158,7 +158,7 @@ class SignalListener(Listener):
                     "queue": message.queue, "attempt": message.attempt,
                     "worker": event.worker, "task_args": tuple(message.args),
                     "task_kwargs": dict(message.kwargs)})
-            if django_task:
+            if django_task and spec is not None:  # (it is: said for the type checker)
                 from .backend import send_started
 
                 send_started(spec, event)
@@ -175,7 +175,7 @@ class SignalListener(Listener):
         close_old_connections_if_opened()
         try:
             self._send(event, spec, signals)
-            if django_task:
+            if django_task and spec is not None:  # (it is: said for the type checker)
                 from .backend import send_finished
 
                 send_finished(spec, event)

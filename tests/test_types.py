@@ -2,8 +2,8 @@
 
 Each ``assert_type`` states the type a type checker infers for what the docs teach, and
 each ``# type: ignore[code]`` a call that must stay refused (unused ignores are errors
-here): mypy fails when either changes. Under pytest the functions are only defined, never run: the file
-imports cleanly and holds no test.
+here): mypy fails when either changes. Under pytest the functions are only defined,
+never run: the file imports cleanly and holds no test.
 """
 
 from __future__ import annotations
@@ -92,3 +92,8 @@ def the_functions() -> None:
 def handles_built_without_a_task_hold_any() -> None:
     handle: TaskHandle[Any] = get_client().enqueue(get_client().registry.get("shop.tasks.x"))
     assert_type(handle.result(), Any)
+
+
+def test_this_file_is_checked_by_mypy() -> None:
+    """pytest only imports this file; scripts/test.py runs mypy over it."""
+    assert callable(decorated_tasks_keep_their_types)

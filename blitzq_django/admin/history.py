@@ -348,9 +348,9 @@ class TaskRecordAdmin(admin.ModelAdmin):
         if not conf.history_on(settings) or request.method != "GET":
             return
         since = int((time.time() - settings["HISTORY_RETENTION"] * 86400) * 1000)
-        found = safely(request, "Whether the history is complete could not be read from "
-                                "Redis", lambda: health.read(client(),
-                                                              history_queues(settings)), [])
+        found: list[health.Health] = safely(
+            request, "Whether the history is complete could not be read from Redis",
+            lambda: health.read(client(), history_queues(settings)), [])
         for text in health.problems(found, since):
             messages.error(request, text)
 

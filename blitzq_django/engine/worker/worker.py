@@ -166,7 +166,7 @@ class Worker:
         self.threads = TaskThreads(self.config.thread_count, self._loop)  # `def` attempts
         self.time_limits = TimeLimits(self._loop, self.config.time_limit_grace,
                                       self._thread_stuck)
-        on_settled = self._settled
+        on_settled: Callable[[Settlement, bool | None], None] = self._settled
         if self.listeners:
             self.notifier = Notifier(self, self.listeners, self.pool)
             on_settled = self.notifier.wrap(on_settled)
