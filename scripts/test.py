@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run every check of the project, on a machine that has nothing but Python 3.11+.
 
-    python3 scripts/test.py                  # lint, import contracts, the whole test suite
+    python3 scripts/test.py                  # lint, import contracts, types, the test suite
     python3 scripts/test.py -k retry -x      # unknown arguments go to pytest
     python3 scripts/test.py -- --help        # everything after "--" goes to pytest
     python3 scripts/test.py --no-django6     # not the Django 6 pass (quicker local runs)
@@ -12,7 +12,9 @@ the end lists them all:
 1. ``.venv`` (stdlib venv) is created if missing and ``pip install -e .[test]`` runs
    when setup.cfg or pyproject.toml changed since the last install (a hash is kept
    in ``.venv/.blitzq-install``).
-2. ``ruff check`` over the code, ``lint-imports`` (contracts in ``.importlinter``).
+2. ``ruff check`` over the code, ``lint-imports`` (contracts in ``.importlinter``),
+   ``mypy`` over ``blitzq_django/`` and ``tests/test_types.py`` (``[tool.mypy]`` in
+   pyproject.toml).
 3. pytest over ``tests/`` (SQLite). Exit code 5, "no tests collected", is a failure.
 4. The Django tests (``tests/django``) again on PostgreSQL when one is reachable
    (``DATABASE_URL``, else ``postgres://postgres@127.0.0.1:5432/test``); skipped
@@ -64,9 +66,10 @@ DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 DB_ENV = ("DATABASE_URL", "BLITZQ_TEST_DB")
 PYTEST_NO_TESTS = 5
 # The last line worth quoting in the summary: pytest's result line (with or without
-# its "=" rule, as under -q), ruff's count.
+# its "=" rule, as under -q), ruff's count, mypy's count.
 RESULT_LINE = re.compile(r"^(\d+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed)\b.*"
-                         r" in [\d.]+s.*|no tests ran in [\d.]+s.*|Found \d+ errors?\.)$")
+                         r" in [\d.]+s.*|no tests ran in [\d.]+s.*|Found \d+ errors?\.|"
+                         r"Found \d+ errors? in \d+ files? .*)$")
 
 
 @dataclass
@@ -184,6 +187,15 @@ def step_imports(venv: Path) -> Step:
     code, _ = run([str(bin_path(venv, "lint-imports")), "--no-cache"], env=venv_env(venv))
     return Step("lint-imports", "PASS" if code == 0 else "FAIL", time.monotonic() - started,
                 "" if code == 0 else f"exit {code}")
+
+
+def step_mypy(venv: Path) -> Step:
+    banner("mypy")
+    started = time.monotonic()
+    # No paths: [tool.mypy] files= names them, so a plain `mypy` checks the same.
+    code, found = run([str(bin_path(venv, "python")), "-m", "mypy"], env=venv_env(venv))
+    return Step("mypy", "PASS" if code == 0 else "FAIL", time.monotonic() - started,
+                "" if code == 0 else found or f"exit {code}")
 
 
 def pytest_command(venv: Path, args: list[str], color: bool) -> list[str]:
@@ -407,7 +419,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--no-postgres", action="store_true",
                         help="skip the PostgreSQL pass even when a server is reachable")
     parser.add_argument("--no-lint", action="store_true",
-                        help="skip ruff and lint-imports (quick local runs only)")
+                        help="skip ruff, lint-imports and mypy (quick local runs only)")
     options, unknown = parser.parse_known_args(argv)
     return options, unknown + passthrough
 
@@ -426,9 +438,11 @@ def main(argv: list[str]) -> int:
         if options.no_lint:
             steps.append(Step("ruff check", "SKIP", 0, "--no-lint"))
             steps.append(Step("lint-imports", "SKIP", 0, "--no-lint"))
+            steps.append(Step("mypy", "SKIP", 0, "--no-lint"))
         else:
             steps.append(step_ruff(VENV))
             steps.append(step_imports(VENV))
+            steps.append(step_mypy(VENV))
 
         sqlite_env = venv_env(VENV)
         for name in DB_ENV:

@@ -45,7 +45,7 @@ def _filters(params: QueryDict) -> dict[str, str]:
     return {k: params[k].strip() for k in FILTERS if params.get(k, "").strip()}
 
 
-def _engine_filters(filters: dict[str, str]) -> dict[str, str]:
+def _engine_filters(filters: dict[str, str]) -> dict[str, Any]:
     return {k: v for k, v in filters.items() if k != "queue"}
 
 

@@ -347,9 +347,9 @@ class TaskRecordAdmin(admin.ModelAdmin):
         if not conf.history_on(settings) or request.method != "GET":
             return
         since = int(now_ms() - settings["HISTORY_RETENTION"] * 86_400_000)
-        found = safely(request, "Whether the history is complete could not be read from "
-                                "Redis", lambda: health.read(client(),
-                                                              history_queues(settings)), [])
+        found: list[health.Health] = safely(
+            request, "Whether the history is complete could not be read from Redis",
+            lambda: health.read(client(), history_queues(settings)), [])
         for text in health.problems(found, since):
             messages.error(request, text)
 

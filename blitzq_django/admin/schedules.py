@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from .. import conf, periodic, periodic_db
+from .. import conf, periodic
 from ..engine import CallOptions
 from ..engine.core import schedules as rules
 from ..engine.core.ids import now_ms
@@ -39,6 +39,7 @@ from ..engine.core.schedules import Schedule
 from ..engine.errors import BlitzqError
 from ..engine.scheduler import ScheduleInfo, infos
 from ..models import PeriodicSchedule
+from ..periodic import database as periodic_db
 from ..web.common import ENGINE_ERRORS, age, client, safely
 
 #: Form fields, and the words of engine messages that point at them (first match wins).

@@ -653,8 +653,11 @@ _CHECKED = ("task_id", "delay", "timeout", "idempotency_key", "headers", *POLICY
 _NO_OPTIONS = CallOptions()
 
 
-class TaskHandle:
-    """What enqueue returns: the message id, its queue, and a way to its result."""
+class TaskHandle(Generic[R]):
+    """What enqueue returns: the message id, its queue, and a way to its result.
+
+    ``R`` is the task's return type, for type checkers only (``Task[P, R].enqueue`` gives a
+    ``TaskHandle[R]``): handles are built unparameterized, at no cost."""
 
     __slots__ = ("id", "queue", "_client")
 
@@ -663,11 +666,11 @@ class TaskHandle:
         self.queue = queue
         self._client = client
 
-    def result(self, timeout: float = 0.0) -> Any:
+    def result(self, timeout: float = 0.0) -> R:
         """Wait for the final record; return the value or raise TaskFailed."""
         return _value(self._client.get_result(self.id, timeout, queue=self.queue))
 
-    async def aresult(self, timeout: float = 0.0) -> Any:
+    async def aresult(self, timeout: float = 0.0) -> R:
         return _value(await self._client.aget_result(self.id, timeout, queue=self.queue))
 
     def record(self, timeout: float = 0.0) -> Record:
@@ -783,19 +786,19 @@ class Task(Generic[P, R]):
     def _with_call(self, call: CallOptions) -> Task[P, R]:
         return Task(self.spec, self._client, call)
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         return self._client().enqueue(self.spec, args, kwargs, self.call)
 
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         return await self._client().aenqueue(self.spec, args, kwargs, self.call)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]] | Sequence[Any]]
-                     ) -> list[TaskHandle]:
+                     ) -> list[TaskHandle[R]]:
         """Enqueue many calls (each an args tuple, or an (args, kwargs) pair), at most
         1,000 per round trip."""
         return self._client().enqueue_many(self.spec, _calls(calls), self.call)
 
-    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
+    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
         return await self._client().aenqueue_many(self.spec, _calls(calls), self.call)
 
     def __repr__(self) -> str:
@@ -803,7 +806,7 @@ class Task(Generic[P, R]):
 
 
 def _calls(calls: Iterable[Any]) -> list[tuple[Sequence[Any], dict[str, Any]]]:
-    out = []
+    out: list[tuple[Sequence[Any], dict[str, Any]]] = []
     for c in calls:
         pair = isinstance(c, tuple) and len(c) == 2
         if pair and isinstance(c[0], list | tuple) and isinstance(c[1], dict):

@@ -9,6 +9,7 @@ else in the meantime is skipped, never run twice.
 
 from __future__ import annotations
 
+import builtins  # the methods list() shadow list in their class's annotations
 import fnmatch
 import time
 from collections.abc import Iterable, Sequence
@@ -108,7 +109,7 @@ class DeadLetters:
     # -- sync ------------------------------------------------------------------
 
     def list(self, queue: str | None = None, *, limit: int = 100, offset: int = 0,
-             **filters: object) -> list[DeadLetter]:
+             **filters: Any) -> builtins.list[DeadLetter]:
         """Newest first."""
         q, f = self._queue(queue), Filter(**filters)  # type: ignore[arg-type]
         ids = self.broker.dead_letter_ids(q, *f.window_ms())
@@ -124,7 +125,7 @@ class DeadLetters:
         (body,) = self.broker.dead_letter_bodies(self._queue(queue), [message_id])
         return DeadLetter.from_bytes(body) if body else None
 
-    def count(self, queue: str | None = None, **filters: object) -> int:
+    def count(self, queue: str | None = None, **filters: Any) -> int:
         f = Filter(**filters)  # type: ignore[arg-type]
         if f.by_score_only:
             return len(self.broker.dead_letter_ids(self._queue(queue), *f.window_ms()))
@@ -142,12 +143,12 @@ class DeadLetters:
         return done
 
     def replay_all(self, queue: str | None = None, *, new_id: bool = False,
-                   **filters: object) -> int:
+                   **filters: Any) -> int:
         letters = self.list(queue, limit=10**12, **filters)
         return self.replay([x.id for x in letters], queue, new_id=new_id)
 
     def purge(self, queue: str | None = None, ids: Sequence[str] | None = None,
-              **filters: object) -> int:
+              **filters: Any) -> int:
         """Delete dead letters: the given ids, those matching filters, or all of them."""
         q = self._queue(queue)
         if ids is None and not filters:
@@ -160,7 +161,7 @@ class DeadLetters:
     # -- async -------------------------------------------------------------------
 
     async def alist(self, queue: str | None = None, *, limit: int = 100, offset: int = 0,
-                    **filters: object) -> list[DeadLetter]:
+                    **filters: Any) -> builtins.list[DeadLetter]:
         q, f = self._queue(queue), Filter(**filters)  # type: ignore[arg-type]
         ids = await self.broker.adead_letter_ids(q, *f.window_ms())
         matching: list[DeadLetter] = []
@@ -175,7 +176,7 @@ class DeadLetters:
         (body,) = await self.broker.adead_letter_bodies(self._queue(queue), [message_id])
         return DeadLetter.from_bytes(body) if body else None
 
-    async def acount(self, queue: str | None = None, **filters: object) -> int:
+    async def acount(self, queue: str | None = None, **filters: Any) -> int:
         f = Filter(**filters)  # type: ignore[arg-type]
         if f.by_score_only:
             return len(await self.broker.adead_letter_ids(self._queue(queue), *f.window_ms()))
@@ -192,7 +193,7 @@ class DeadLetters:
         return done
 
     async def apurge(self, queue: str | None = None, ids: Sequence[str] | None = None,
-                     **filters: object) -> int:
+                     **filters: Any) -> int:
         q = self._queue(queue)
         if ids is None and not filters:
             return await self.broker.apurge_dead_letters(q)

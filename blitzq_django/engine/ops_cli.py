@@ -494,7 +494,7 @@ def run_dead_list(ops: Ops, args: argparse.Namespace) -> None:
 
 def run_dead_summary(ops: Ops, args: argparse.Namespace) -> None:
     queue, letters = selected(ops, args)
-    groups = {
+    groups: dict[str, tuple[str, Counter[str | None]]] = {
         "by_task": ("task", Counter(x.task for x in letters)),
         "by_reason": ("reason", Counter(x.reason for x in letters)),
         "by_error_type": ("error_type", Counter(x.error_type for x in letters)),

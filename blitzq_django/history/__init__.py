@@ -14,13 +14,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..registry import declared_queues
+
 log = logging.getLogger("blitzq.history")
 
 
 def history_queues(settings: dict[str, Any]) -> list[str]:
     """Every queue the project knows: QUEUES, declared task queues and ROUTES targets."""
-    from ..decorators import declared_queues
-
     routed = sorted(set((settings.get("ROUTES") or {}).values()))
     return list(dict.fromkeys([*settings["QUEUES"], *sorted(declared_queues), *routed]))
 

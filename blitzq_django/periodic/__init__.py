@@ -33,7 +33,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -49,13 +49,16 @@ from ..runtime import get_client
 from ..settings import Problem, get_settings, problems
 from ..tasks.decorators import blitzq_task
 
+if TYPE_CHECKING:
+    from ..tasks.decorators import TaskDecorator
+
 log = logging.getLogger("blitzq.scheduler")
 
 #: More sources of schedules (a database): every scheduler started here reads them too.
 _sources: list[ScheduleSource] = []
 
 
-def periodic(schedule: Any = None, /, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+def periodic(schedule: Any = None, /, **options: Any) -> TaskDecorator:
     """``@periodic(cron_or_seconds, tz=..., args=..., missed=..., name=..., **task_options)``:
     a task (as ``@blitzq_task``) that also runs on a schedule. ``cron=`` or ``every=`` may
     be given instead of the first argument."""
@@ -71,7 +74,7 @@ def periodic(schedule: Any = None, /, **options: Any) -> Callable[[Callable[...,
         declare(task.name, spec, name=name, where=f"@periodic on {task.name}")
         return task
 
-    return wrap
+    return wrap  # type: ignore[return-value]  # blitzq_task's overloads, applied
 
 
 # -- BLITZQ["PERIODIC"] ---------------------------------------------------------------

@@ -20,8 +20,8 @@ works at import time, before settings are read.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
-from typing import Any, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -88,19 +88,19 @@ class BlitzqTask(TransactionalEnqueue, Task[P, R]):
     # task_enqueued (signals.py): sent after each message is enqueued, only while the
     # signal has a receiver.
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         handle = super().enqueue(*args, **kwargs)
         if task_enqueued.receivers:
             send_enqueued(self.spec, [handle], [(args, kwargs)])
         return handle
 
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         handle = await super().aenqueue(*args, **kwargs)
         if task_enqueued.receivers:
             await asend_enqueued(self.spec, [handle], [(args, kwargs)])
         return handle
 
-    def enqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
+    def enqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
         if not task_enqueued.receivers:
             return super().enqueue_many(calls)
         pairs = _calls(calls)
@@ -108,7 +108,7 @@ class BlitzqTask(TransactionalEnqueue, Task[P, R]):
         send_enqueued(self.spec, handles, pairs)
         return handles
 
-    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
+    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
         if not task_enqueued.receivers:
             return await super().aenqueue_many(calls)
         pairs = _calls(calls)
@@ -116,7 +116,7 @@ class BlitzqTask(TransactionalEnqueue, Task[P, R]):
         await asend_enqueued(self.spec, handles, pairs)
         return handles
 
-    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         """Enqueue once the current transaction commits: on the default database, or
         ``options(using="alias")``'s. Every keyword argument goes to the task.
 
@@ -131,11 +131,31 @@ class BlitzqTask(TransactionalEnqueue, Task[P, R]):
         return f"<BlitzqTask {self.spec.name}>"
 
 
+if TYPE_CHECKING:
+    class AsyncBlitzqTask(BlitzqTask[P, R]):
+        """The type of an ``async def`` task, for type checkers: its handles give ``R``
+        (what the coroutine returns), and calling it gives the coroutine."""
+
+        def __call__(  # type: ignore[override]
+                self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]: ...
+
+
+class TaskDecorator(Protocol):
+    """What ``@blitzq_task(**options)`` and ``@periodic(...)`` return."""
+
+    @overload
+    def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /
+                 ) -> AsyncBlitzqTask[P, R]: ...
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> BlitzqTask[P, R]: ...
+
+
+@overload
+def blitzq_task(func: Callable[P, Coroutine[Any, Any, R]], /) -> AsyncBlitzqTask[P, R]: ...
 @overload
 def blitzq_task(func: Callable[P, R], /) -> BlitzqTask[P, R]: ...
 @overload
-def blitzq_task(func: None = None, /, **options: Any
-                ) -> Callable[[Callable[P, R]], BlitzqTask[P, R]]: ...
+def blitzq_task(func: None = None, /, **options: Any) -> TaskDecorator: ...
 
 
 def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:

@@ -189,7 +189,8 @@ class BlitzQBackend(BaseTaskBackend):
         name = task.module_path
         spec = TaskRegistry.find(registry, name)  # registered only: no import here
         bound = getattr(spec.func, TASK_ATTR, None) if spec is not None else None
-        if bound is not None and bound[0].func is task.func and bound[2] == self.spec_options:
+        if (spec is not None and bound is not None and bound[0].func is task.func
+                and bound[2] == self.spec_options):
             _declare(task.queue_name)
             return spec
         try:
@@ -214,10 +215,10 @@ class BlitzQBackend(BaseTaskBackend):
             from django.utils import timezone
 
             eta = timezone.make_aware(eta, timezone.get_default_timezone())
-        call = CallOptions(queue=task.queue_name, eta=eta,
-                           priority=priority_lane(task.priority))
+        options = CallOptions(queue=task.queue_name, eta=eta,
+                              priority=priority_lane(task.priority))
         try:
-            item = client.build(spec, args, kwargs, call)
+            item = client.build(spec, args, kwargs, options)
         except BlitzqError as exc:
             raise InvalidTask(f"{task.module_path}: {exc}") from exc
         # The message's own time: its record, get_result() and the signals all say it.
@@ -296,8 +297,9 @@ class BlitzQBackend(BaseTaskBackend):
         task = _as_enqueued(bound[0], call)
         status = _STATUS.get(record.state, TaskResultStatus.READY)
         ran = _attempts(record)
+        created = record.created_ms or (call.created_ms if call else None)
         result = TaskResult(task=task, id=record.id, status=status,
-                            enqueued_at=_when(record.created_ms or (call and call.created_ms)),
+                            enqueued_at=_when(created),
                             started_at=_when(record.started_ms),
                             finished_at=_when(record.finished_ms) if record.is_final else None,
                             last_attempted_at=_when(record.started_ms),

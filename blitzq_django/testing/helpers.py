@@ -13,9 +13,11 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from .. import conf
+from .. import runtime
 from ..engine import Record, Worker
 from ..engine.core.states import RecordState
+from ..runtime import get_client
+from ..settings import reset
 from .broker import EnqueuedTask, TestBroker, task_name
 
 __all__ = ["Blitzq", "BlitzqTestMixin", "DrainResult"]
@@ -109,18 +111,18 @@ class Blitzq:
     def start(self) -> Blitzq:
         if self._active:
             return self
-        self._previous = conf.broker_override
-        conf.broker_override = self.broker
-        conf.reset()
+        self._previous = runtime.broker_override
+        runtime.broker_override = self.broker
+        reset()
         self._active = True
         return self
 
     def stop(self) -> None:
         if not self._active:
             return
-        conf.broker_override = self._previous
+        runtime.broker_override = self._previous
         self._active = False
-        conf.reset()
+        reset()
 
     def __enter__(self) -> Blitzq:
         return self.start()
@@ -151,7 +153,7 @@ class Blitzq:
     @property
     def client(self) -> Any:
         """The process client (``blitzq_django.get_client()``), sending to this broker."""
-        return conf.get_client()
+        return get_client()
 
     # -- what was enqueued --
 
@@ -215,7 +217,7 @@ class Blitzq:
         visible: TransactionTestCase, ``django_db(transaction=True)``). Raises
         AssertionError if the queues are not drained within ``timeout`` seconds.
         """
-        client = conf.get_client()
+        client = get_client()
         if client.broker is not self.broker:
             raise RuntimeError("drain(): this Blitzq is not active (use it as a context "
                                "manager, or call start())")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -41,6 +41,8 @@ from .outbox import held_id, save_items, write
 
 if TYPE_CHECKING:
     from ..tasks.decorators import BlitzqTask
+
+R = TypeVar("R")
 
 log = logging.getLogger("blitzq")
 
@@ -89,7 +91,7 @@ class TransactionalEnqueue:
 
     db: DbOptions = NO_DB_OPTIONS
 
-    def options(self, **changes: Any) -> Any:
+    def options(self, **changes: Any) -> Self:
         """A copy whose enqueues use these per-call options: the engine's (queue,
         task_id, delay, eta, priority, idempotency_key ...) and ``using`` (database
         alias) and ``durable`` (True or an outbox name)."""
@@ -120,9 +122,9 @@ class TransactionalEnqueue:
         return await super().aenqueue_many(calls)  # type: ignore[misc, no-any-return]
 
 
-def enqueue_on_commit(task: BlitzqTask[..., Any], args: Sequence[Any] = (),
+def enqueue_on_commit(task: BlitzqTask[..., R], args: Sequence[Any] = (),
                       kwargs: dict[str, Any] | None = None, *,
-                      using: str | None = None) -> TaskHandle:
+                      using: str | None = None) -> TaskHandle[R]:
     """Enqueue ``task(*args, **kwargs)`` once the transaction on ``using`` commits.
 
     The handle's id is the pre-assigned message id; with an idempotency key already
@@ -141,7 +143,7 @@ def enqueue_on_commit(task: BlitzqTask[..., Any], args: Sequence[Any] = (),
     client = task._client()  # resolved now: a settings error shows at the call site
     # Encode now, so an argument msgpack cannot carry fails here, not after the commit.
     item = client.build(task.spec, args, kwargs, task.call)
-    handle = TaskHandle(item.message_id, item.queue, client)
+    handle: TaskHandle[R] = TaskHandle(item.message_id, item.queue, client)
     if item.idempotency_key is not None:
         held = held_id(client, item.queue, item.idempotency_key)
         if held is not None:

@@ -116,7 +116,7 @@ def write(task: BlitzqTask[..., Any], calls: Sequence[tuple[Sequence[Any], dict[
     save_items(items, using=using, outbox=db.outbox or "default")
     handles = []
     for item in items:
-        handle = TaskHandle(item.message_id, item.queue, client)
+        handle: TaskHandle[Any] = TaskHandle(item.message_id, item.queue, client)
         if item.idempotency_key is not None:  # held now: that message is the one that runs
             handle.id = held_id(client, item.queue, item.idempotency_key) or handle.id
         handles.append(handle)

@@ -7,8 +7,7 @@ import os
 import random
 import signal
 
-from blitzq_django.decorators import blitzq_task
-from blitzq_django.engine import current_task
+from blitzq_django import blitzq_task, current_task
 from blitzq_django.periodic import periodic
 
 from .models import Delivery, Order

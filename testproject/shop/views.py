@@ -18,8 +18,7 @@ from django.template import engines
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from blitzq_django.conf import get_client
-from blitzq_django.engine import TaskHandle
+from blitzq_django import TaskHandle, get_client
 from blitzq_django.progress import for_user
 
 from .models import Order

@@ -96,7 +96,7 @@ class _Ready:
 class _Queue:
     ready: _Ready = field(default_factory=_Ready)
     pending: dict[str, _Pending] = field(default_factory=dict)
-    schedule: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    schedule: dict[str, tuple[int, bytes, str | None]] = field(default_factory=dict)
     dead: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
 
 
@@ -180,7 +180,7 @@ class MemoryBroker:
                 async with c:
                     c.notify_all()
 
-            loop.call_soon_threadsafe(lambda n=notify: asyncio.ensure_future(n()))
+            loop.call_soon_threadsafe(lambda n=notify: asyncio.ensure_future(n()))  # type: ignore[misc]
 
     def _condition(self) -> asyncio.Condition:
         loop = asyncio.get_running_loop()
@@ -311,7 +311,7 @@ class MemoryBroker:
         in memory every one is looked at."""
         with self._lock:
             q = self._queue(queue)
-            held = [payload for _entry, payload in q.ready]
+            held: list[bytes | None] = [payload for _entry, payload in q.ready]
             held += [p.payload for p in q.pending.values()]
         return ready_holds([len(held), held], message_id, max(limit, len(held)))
 
@@ -608,7 +608,7 @@ class MemoryBroker:
         # Same rule as recover.lua: at most one already-recovered entry per call.
         if self.mode_of(queue) == FAST:
             return [], []  # nothing is pending in fast mode: nothing to recover
-        out = []
+        out: list[Delivery] = []
         now = time.monotonic()
         suspect = False
         with self._lock:

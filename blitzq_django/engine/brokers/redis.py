@@ -673,7 +673,7 @@ class RedisBroker:
         out: list[Delivery] = []
         fast = [q for q in queues if self.mode_of(q) == FAST]
         for queue in queues:  # a worker passes one queue: reads may not cross hash tags
-            lanes = self.keys.queue(queue).lanes
+            lanes: Sequence[QueueKeys] = self.keys.queue(queue).lanes
             if queue in fast:
                 ids, prefix = self._fast_ids, self._fast_prefix
                 for index, _none, payload in await self.aio.run(
@@ -869,7 +869,8 @@ class RedisBroker:
         """Events of consumer group ``group`` (XREADGROUP; the group is created at the
         oldest kept event on first use): new ones, or with ``pending`` those delivered to
         ``consumer`` and not acknowledged yet. Acknowledge them with ack_events()."""
-        keys, skipped = self.keys.queue(queue), []
+        keys = self.keys.queue(queue)
+        skipped: list[str] = []
         op = ops.events_read_group(keys, queue, group, consumer, count, block_ms, pending,
                                    skipped)
         try:
@@ -886,7 +887,8 @@ class RedisBroker:
 
     async def aread_events(self, queue: str, group: str, consumer: str, count: int,
                            block_ms: int | None, pending: bool = False) -> list[Event]:
-        keys, skipped = self.keys.queue(queue), []
+        keys = self.keys.queue(queue)
+        skipped: list[str] = []
         op = ops.events_read_group(keys, queue, group, consumer, count, block_ms, pending,
                                    skipped)
         try:

@@ -161,7 +161,7 @@ class _Walk(Exception):  # noqa: N818 - internal signal, never escapes this modu
 
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes, bytearray, dt.datetime,
                       dt.date, dt.time, decimal.Decimal, uuid.UUID})
-_BASES = (bool, int, float, str, bytes)
+_BASES: tuple[type[Any], ...] = (bool, int, float, str, bytes)
 
 
 def _default_strict(obj: Any) -> Any:

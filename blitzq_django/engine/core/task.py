@@ -69,7 +69,7 @@ class TaskSpec:
     def build(cls, func: Callable[..., Any], **options: Any) -> TaskSpec:
         name = options.pop("name", None) or f"{func.__module__}.{func.__qualname__}"
         retry = options.pop("retry", None) or RetryPolicy()
-        retry_fields = {
+        retry_fields: dict[str, Any] = {
             k: options.pop(k)
             for k in ("retries", "initial_delay", "max_delay", "factor", "jitter",
                       "retry_on", "dont_retry_on")

@@ -117,7 +117,7 @@ def run_until(connection: Any, op: Op, deadline: float) -> Any:
     (time.monotonic()). The connection must be dropped after a timeout."""
     connection.send_command(*op.command)
     if not connection.can_read(timeout=max(deadline - time.monotonic(), 0.0)):
-        raise RedisTimeoutError(f"no reply to {op.command[0]} before the deadline")
+        raise RedisTimeoutError(f"no reply to {op.command[0]!s} before the deadline")
     return op.result(connection.read_response())
 
 

@@ -94,7 +94,7 @@ def infos(client: Client, schedules: Sequence[Schedule] | None = None,
     for queue, group in by_queue.items():
         handled, last = store.read(queue, [s.name for s in group])
         lasts = [_unpacked(blob) for blob in last]
-        ids = [d.get("id") for d in lasts if d.get("id")]
+        ids: list[str] = [d["id"] for d in lasts if d.get("id")]
         records = dict(zip(ids, store.records(queue, ids), strict=True))
         for schedule, done, info in zip(group, handled, lasts, strict=True):
             message_id = info.get("id")

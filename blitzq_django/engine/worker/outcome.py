@@ -121,7 +121,7 @@ def failed(delivery: Delivery, message: Message, spec: TaskSpec, error: BaseExce
     retry_policy = spec.retry.with_overrides(message.policy)
     trace = _trace(error)
     store = _store(spec, options) or options.track_state
-    event = {"unique_key": message.unique_key, "task": message.task,
+    event: dict[str, Any] = {"unique_key": message.unique_key, "task": message.task,
              "attempt": message.attempt, "duration_ms": finished_ms - started_ms,
              "error_type": _type_name(error),
              "started_ms": started_ms if options.start_with_outcome else 0}

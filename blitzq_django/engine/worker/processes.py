@@ -298,7 +298,7 @@ class _Slot(threading.Thread):
         pool = self._pool
         parent_end, child_end = multiprocessing.Pipe(duplex=True)
         try:
-            process = pool._context.Process(
+            process = pool._context.Process(  # type: ignore[attr-defined]  # typeshed: BaseContext
                 target=_child_main, args=(child_end, *pool._setup),
                 name=f"blitzq-child-{self.index}", daemon=True)
             process.start()

@@ -50,7 +50,7 @@ def notify_ready() -> None:
         os.close(int(fd))
 
 
-def block_stop_signals() -> set[signal.Signals]:
+def block_stop_signals() -> set[int | signal.Signals]:
     """Block SIGINT and SIGTERM in this thread (what a process started now inherits);
     returns the mask to restore."""
     return signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)

@@ -56,7 +56,7 @@ if succeeded_log.level == logging.NOTSET:
 # Bound once: a success line is written per message when they are on.
 SUCCEEDED, RETRYING = RecordState.SUCCEEDED, RecordState.RETRYING
 DEAD_LETTERED, EXPIRED = RecordState.DEAD_LETTERED, RecordState.EXPIRED
-_FINAL = {RecordState.FAILED: "failed for good", DEAD_LETTERED: "dead-lettered"}
+_FINAL: dict[str, str] = {RecordState.FAILED: "failed for good", DEAD_LETTERED: "dead-lettered"}
 #: How often a worker reads the level of ``blitzq.task.succeeded`` (seconds).
 SUCCESS_LEVEL_READ_S = 1.0
 

@@ -59,7 +59,7 @@ STARTUP_BACKOFF_MIN_S, STARTUP_BACKOFF_MAX_S = 0.5, 10.0
 # Bound once: read for every settlement.
 MARK_RUNNING, REQUEUE = SettleKind.MARK_RUNNING, SettleKind.REQUEUE
 
-_STATE_COUNTERS = {
+_STATE_COUNTERS: dict[str, str] = {
     RecordState.SUCCEEDED: "succeeded",
     RecordState.FAILED: "failed",
     RecordState.RETRYING: "retried",

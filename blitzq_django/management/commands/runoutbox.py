@@ -18,9 +18,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import schema
-from ...outbox import relay_from_settings
 from ...runtime import get_client
 from ...settings import get_settings
+from ...transactions.outbox import relay_from_settings
 from ..logs import add_log_format_argument, configure_logging
 
 

@@ -295,7 +295,7 @@ class Aggregator:
         self.subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
         self.task: asyncio.Task[None] | None = None
         self.ticks = 0
-        self.on_stop: Callable[[Aggregator], None] | None = None
+        self.on_stop: Callable[[Aggregator], object] | None = None
 
     @property
     def client(self) -> Client:

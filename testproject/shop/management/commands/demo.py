@@ -34,9 +34,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from blitzq_django import conf
-from blitzq_django.engine import Record
-from blitzq_django.engine.errors import BlitzqError
+from blitzq_django import BlitzqError, Record, conf
 from testproject.shop import tasks
 from testproject.shop.models import Order
 
