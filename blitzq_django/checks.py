@@ -255,10 +255,8 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
     except Exception as exc:  # noqa: BLE001 - a check must report, not crash
         return [checks.Error(f"cannot use Redis: {type(exc).__name__}: {exc}",
                              obj="settings.BLITZQ", id="blitzq.E007")]
-    redis = getattr(getattr(client.broker, "sync", None), "client", None)
-    if redis is None:
-        return []
-    return judge_redis(*read_redis_facts(redis))
+    facts = client.broker.server_facts()
+    return [] if facts is None else judge_redis(*facts)
 
 
 @checks.register(TAG, deploy=True)

@@ -866,9 +866,7 @@ def child_setup(settings_module: str | None) -> None:
 def check_connection(client: Client | None = None) -> None:
     """Ping the broker; raise engine BrokerUnavailable (URL without password) if down."""
     client = client or get_client()
-    ping: Callable[[], None] | None = getattr(client.broker, "ping", None)
-    if ping is not None:
-        ping()
+    client.broker.ping()
 
 
 def default_queue() -> str:

@@ -24,7 +24,6 @@ Windows (docs/django.md):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -177,19 +176,7 @@ def held_id(broker: Any, queue: str, key: str) -> str | None:
     """The id of the message holding idempotency key ``key`` on ``queue``, or None (also
     when it cannot be known now: the commit-time enqueue's answer corrects the handle)."""
     try:
-        keys = getattr(broker, "keys", None)
-        if keys is not None and hasattr(broker, "sync"):  # RedisBroker
-            from .engine.redis import ops
-
-            value = broker.sync.run(ops.get(keys.queue(queue).unique(key)))
-            if isinstance(value, bytes):
-                value = value.decode()
-            return value if isinstance(value, str) and value else None
-        marks = getattr(broker, "_unique", None)  # MemoryBroker
-        if isinstance(marks, dict):
-            mark = marks.get((queue, key))
-            if mark and mark[0] > time.monotonic():
-                return str(mark[1])
+        return broker.idempotency_holder(queue, key)
     except Exception:  # noqa: BLE001 - a lookup only; Redis down is handled at commit
         log.debug("could not look up idempotency key %r on queue %r", key, queue,
                   exc_info=True)

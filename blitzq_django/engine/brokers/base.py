@@ -15,6 +15,14 @@ from ..core.events import Event, peek
 from ..core.names import check_name
 from ..core.record import Record
 from ..errors import ConfigurationError
+from .capabilities import (
+    HistoryStore,
+    Lease,
+    MetricsStore,
+    PeriodicStore,
+    ProgressStore,
+    ServerFacts,
+)
 
 DONE = "done"  # acked, final record written
 RETRY = "retry"  # acked, next attempt on the schedule
@@ -138,6 +146,30 @@ def ready_holds(replies: Sequence[Any], message_id: str, limit: int
 
 
 class Broker(Protocol):
+    """The one door to the store: nothing outside engine/brokers/ (and the Redis layer
+    under it) imports redis, formats a key or catches a redis error; a feature that needs
+    storage goes through a method here or a capability store (capabilities.py)."""
+
+    #: about this many events are kept per queue; 0: events off (core/events.py)
+    events_maxlen: int
+    #: events carry details (Event.detail): for a history writer
+    event_details: bool
+    record_ttl: int  # seconds a record is kept
+    # the feature stores (capabilities.py)
+    progress: ProgressStore
+    periodic: PeriodicStore
+    metrics: MetricsStore
+    history: HistoryStore
+
+    def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> Lease:
+        """The lease of ``purpose`` (capabilities.LEASE_PURPOSES) on ``queue`` for the
+        holder ``token``: one holder per queue and purpose at a time."""
+    def ping(self) -> None:
+        """Raise BrokerUnavailable when the store cannot be reached."""
+    async def aping(self) -> None: ...
+    def server_facts(self) -> ServerFacts | None:
+        """What the deploy checks read of the server; None: no server (in process)."""
+
     # producer, sync
     def enqueue(self, items: Sequence[Enqueue]) -> list[str]: ...
     def get_record(self, queue: str, message_id: str) -> Record | None: ...
@@ -145,6 +177,13 @@ class Broker(Protocol):
     def scheduled_due_ms(self, queue: str, message_id: str) -> int | None: ...
     def scheduled_payload(self, queue: str, message_id: str) -> bytes | None: ...
     def dead_letter(self, queue: str, message_id: str) -> bytes | None: ...
+    def records(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        """The encoded records of ``ids`` (None where there is none), in one round trip
+        per 1000."""
+    async def arecords(self, queue: str, ids: Sequence[str]) -> list[bytes | None]: ...
+    def idempotency_holder(self, queue: str, key: str) -> str | None:
+        """The id of the message holding idempotency key ``key`` on ``queue``, or None."""
+    async def aidempotency_holder(self, queue: str, key: str) -> str | None: ...
     def locate(self, queue: str, message_id: str
                ) -> tuple[Record | None, int | None, bytes | None]:
         """In one step: the message's record, and when it is scheduled its due time (ms)
