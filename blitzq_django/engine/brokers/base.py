@@ -16,6 +16,7 @@ from ..core.names import check_name
 from ..core.record import Record
 from ..errors import ConfigurationError
 from .capabilities import (
+    AttachmentStore,
     HistoryStore,
     Lease,
     MetricsStore,
@@ -155,11 +156,19 @@ class Broker(Protocol):
     #: events carry details (Event.detail): for a history writer
     event_details: bool
     record_ttl: int  # seconds a record is kept
+    #: messages live in this process only (MemoryBroker), lost when it exits
+    in_process: bool
+    location: str  # where the messages are, fit to show (no password)
+    mode: str  # the delivery mode of every queue queue_modes does not name
+
+    def mode_of(self, queue: str) -> str:
+        """The delivery mode of ``queue``: "reliable" or "fast"."""
     # the feature stores (capabilities.py)
     progress: ProgressStore
     periodic: PeriodicStore
     metrics: MetricsStore
     history: HistoryStore
+    attachments: AttachmentStore
 
     def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> Lease:
         """The lease of ``purpose`` (capabilities.LEASE_PURPOSES) on ``queue`` for the

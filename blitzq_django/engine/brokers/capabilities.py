@@ -7,7 +7,8 @@ stub}.py``): the feature's logic stays in its own module (engine/progress.py,
 engine/metrics.py, engine/scheduler/, blitzq_django/history/) and stores through these,
 so no code outside the brokers knows which store it runs on, imports redis or formats a
 key. A broker exposes them as ``broker.progress``, ``broker.periodic``,
-``broker.metrics``, ``broker.history`` and ``broker.lease(...)``; every error of the
+``broker.metrics``, ``broker.history``, ``broker.attachments`` and
+``broker.lease(...)``; every error of the
 store arrives as the engine's (errors.py), mapped at the broker's edge.
 """
 
@@ -102,6 +103,20 @@ class MetricsStore(Protocol):
             enqueued: Mapping[str, int], max_starts: int) -> None:
         """Add ``incr``, set the cursor, forget ``gone``'s and keep ``enqueued``'s enqueue
         times, in one atomic step; then forget them all if over ``max_starts``."""
+
+
+class AttachmentStore(Protocol):
+    """One opaque value kept beside a message (blitzq_django's django.tasks call: the
+    Task as enqueued), read alone or with the message's record in one round trip."""
+
+    def write(self, queue: str, message_id: str, data: bytes, ttl_ms: int) -> None: ...
+    async def awrite(self, queue: str, message_id: str, data: bytes, ttl_ms: int) -> None: ...
+    def read(self, queue: str, message_id: str) -> bytes | None: ...
+    def read_with_record(self, queue: str, message_id: str
+                         ) -> tuple[bytes | None, bytes | None]:
+        """(the encoded record, the value), each None when missing."""
+    async def aread_with_record(self, queue: str, message_id: str
+                                ) -> tuple[bytes | None, bytes | None]: ...
 
 
 class EventsRead(NamedTuple):

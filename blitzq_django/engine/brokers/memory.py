@@ -42,6 +42,7 @@ from .base import (
 )
 from .capabilities import ServerFacts
 from .memory_stores import (
+    MemoryAttachmentStore,
     MemoryHistoryStore,
     MemoryLease,
     MemoryMetricsStore,
@@ -123,6 +124,9 @@ def _cursor(cursor: str) -> tuple[int, int]:
 
 class MemoryBroker:
     url = "memory://"
+    #: messages live in this process only, and are lost when it exits
+    in_process = True
+    location = "memory"  # where the messages are
 
     def __init__(self, *, record_ttl: int = 86400, idempotency_ttl: int = 86400,
                  dead_letter_max: int = 100_000, revoke_ttl: int = 3600,
@@ -170,6 +174,7 @@ class MemoryBroker:
         self.periodic = MemoryPeriodicStore(self)
         self.metrics = MemoryMetricsStore()
         self.history = MemoryHistoryStore(self)
+        self.attachments = MemoryAttachmentStore(self)
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
 
     def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> MemoryLease:

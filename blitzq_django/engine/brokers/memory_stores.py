@@ -183,6 +183,32 @@ class MemoryMetricsStore:
                     starts.clear()
 
 
+class MemoryAttachmentStore:
+    """Kept until the broker goes (no TTL: a process's messages do not outlive it)."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self._values: dict[tuple[str, str], bytes] = {}
+
+    def write(self, queue: str, message_id: str, data: bytes, ttl_ms: int) -> None:
+        self._values[(queue, message_id)] = data
+
+    async def awrite(self, queue: str, message_id: str, data: bytes, ttl_ms: int) -> None:
+        self.write(queue, message_id, data, ttl_ms)
+
+    def read(self, queue: str, message_id: str) -> bytes | None:
+        return self._values.get((queue, message_id))
+
+    def read_with_record(self, queue: str, message_id: str
+                         ) -> tuple[bytes | None, bytes | None]:
+        (record,) = self.broker.records(queue, [message_id])
+        return record, self.read(queue, message_id)
+
+    async def aread_with_record(self, queue: str, message_id: str
+                                ) -> tuple[bytes | None, bytes | None]:
+        return self.read_with_record(queue, message_id)
+
+
 class MemoryHistoryStore:
     """Nothing trims the events here under a writer: nothing is lost."""
 

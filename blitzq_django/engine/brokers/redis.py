@@ -25,6 +25,7 @@ from ..core.events import packer as event_packer
 from ..core.record import FINAL_STATES, Record
 from ..errors import BrokerError, BrokerUnavailable
 from ..redis import ops
+from ..redis.attachments import RedisAttachmentStore
 from ..redis.facts import server_facts
 from ..redis.history import RedisHistoryStore
 from ..redis.keys import Keyspace, QueueKeys
@@ -159,10 +160,19 @@ class RedisBroker:
         self.periodic = RedisPeriodicStore(self)
         self.metrics = RedisMetricsStore(self)
         self.history = RedisHistoryStore(self)
+        self.attachments = RedisAttachmentStore(self)
 
     def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> RedisLease:
         """The lease of ``purpose`` on ``queue`` for the holder ``token`` (lease.py)."""
         return RedisLease(self, queue, purpose, token, ttl_ms)
+
+    #: messages live in Redis, beyond this process
+    in_process = False
+
+    @property
+    def location(self) -> str:
+        """Where the messages are: the URL, its password masked."""
+        return redact(self.url)
 
     def mode_of(self, queue: str) -> str:
         """The delivery mode of ``queue``: "reliable" or "fast"."""
