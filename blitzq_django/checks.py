@@ -252,10 +252,8 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
     except Exception as exc:  # noqa: BLE001 - a check must report, not crash
         return [checks.Error(f"cannot use Redis: {type(exc).__name__}: {exc}",
                              obj="settings.BLITZQ", id="blitzq.E007")]
-    redis = getattr(getattr(client.broker, "sync", None), "client", None)
-    if redis is None:
-        return []
-    return judge_redis(*read_redis_facts(redis))
+    facts = client.broker.server_facts()
+    return [] if facts is None else judge_redis(*facts)
 
 
 @checks.register(TAG, deploy=True)
@@ -301,35 +299,6 @@ def check_namespace(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
         obj="settings.BLITZQ", id="blitzq.W010")]
 
 
-def read_redis_facts(redis: Any) -> tuple[dict[str, Any], str | None, str]:
-    """(INFO server + memory, maxmemory-policy or None, why it is None) from a redis-py
-    client: the policy from CONFIG GET, else INFO memory's maxmemory_policy (managed
-    services often refuse CONFIG)."""
-    import redis as redis_py
-
-    info: dict[str, Any] = {}
-    why = ""
-    for section in ("server", "memory"):
-        try:
-            info.update(redis.info(section))
-        except redis_py.RedisError as exc:
-            why = f"INFO {section} failed: {exc}"
-    policy = None
-    try:
-        reply = redis.config_get("maxmemory-policy")
-        policy = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
-    except redis_py.RedisError as exc:
-        why = why or f"CONFIG GET failed: {exc}"
-    if isinstance(policy, bytes):
-        policy = policy.decode()
-    if not policy and isinstance(info.get("maxmemory_policy"), str | bytes):
-        value = info["maxmemory_policy"]
-        policy = value.decode() if isinstance(value, bytes) else value
-    if not policy and not why:
-        why = "neither CONFIG GET nor INFO memory gave it"
-    return info, policy or None, why
-
-
 def redis_version(info: dict[str, Any]) -> tuple[int, ...] | None:
     """The server's version from INFO ("7.0.15" -> (7, 0, 15)), or None if absent."""
     found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", str(info.get("redis_version", "")))
@@ -338,7 +307,8 @@ def redis_version(info: dict[str, Any]) -> tuple[int, ...] | None:
 
 def judge_redis(info: dict[str, Any], policy: str | None,
                 why: str = "") -> list[checks.CheckMessage]:
-    """The deploy checks of one Redis server, from what ``read_redis_facts`` read. Pure."""
+    """The deploy checks of one Redis server, from what ``broker.server_facts()`` read.
+    Pure."""
     found: list[checks.CheckMessage] = []
     version = redis_version(info)
     if version is not None and version[:2] < REDIS_MIN_VERSION:

@@ -188,9 +188,7 @@ def get_client() -> Client:
 def check_connection(client: Client | None = None) -> None:
     """Ping the broker; raise engine BrokerUnavailable (URL without password) if down."""
     client = client or get_client()
-    ping: Callable[[], None] | None = getattr(client.broker, "ping", None)
-    if ping is not None:
-        ping()
+    client.broker.ping()
 
 
 def _drop_client() -> None:

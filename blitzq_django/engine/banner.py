@@ -11,9 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .brokers.memory import MemoryBroker
 from .client import Client
-from .redis.store import redact
 from .worker import supervision
 from .worker.config import WorkerConfig
 
@@ -22,22 +20,15 @@ log = logging.getLogger("blitzq.worker")
 
 def redis_location(client: Client) -> str:
     """Where the client's Redis is, its password masked; "memory" for the memory broker."""
-    broker = client.broker
-    if isinstance(broker, MemoryBroker):
-        return "memory"
-    url = getattr(broker, "url", None)
-    return redact(url) if isinstance(url, str) else type(broker).__name__
+    return client.broker.location
 
 
 def delivery_mode(client: Client, queues: Sequence[str]) -> str:
     """"reliable", "fast", "reliable; fast: bulk", or "memory (...)"."""
     broker = client.broker
-    if isinstance(broker, MemoryBroker):
+    if broker.in_process:
         return "memory: messages live in this process only, and are lost when it exits"
-    mode_of = getattr(broker, "mode_of", None)
-    if mode_of is None:
-        return "unknown"
-    main = getattr(broker, "mode", "reliable")
+    mode_of, main = broker.mode_of, broker.mode
     others: dict[str, list[str]] = {}
     for queue in queues:
         mode = mode_of(queue)

@@ -183,11 +183,13 @@ class Client:
     async def aseen_queues(self) -> list[str]:
         return await self.broker.aseen_queues()
 
-    def unique_holder(self, queue: str, key: str) -> str | None:
+    def idempotency_holder(self, queue: str, key: str) -> str | None:
         """The id of the message holding idempotency key ``key`` on ``queue`` now, or None
-        (the one that runs: an enqueue under that key adds nothing). Sync only: it
-        serves ``enqueue_on_commit``, which returns a handle at once."""
-        return self.broker.unique_holder(queue, key)  # type: ignore[no-any-return]
+        (the one that runs: an enqueue under that key adds nothing)."""
+        return self.broker.idempotency_holder(queue, key)
+
+    async def aidempotency_holder(self, queue: str, key: str) -> str | None:
+        return await self.broker.aidempotency_holder(queue, key)
 
     def forget_queue(self, queue: str) -> None:
         """Take ``queue`` off the seen queues (a typo that was enqueued to, now purged).

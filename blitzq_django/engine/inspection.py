@@ -216,7 +216,7 @@ def _finished_absence(client: Client, task: str | None, state: str | None,
         return Absence(NOT_STORED, f"It finished ({state}), and no record of that is kept: "
                        f"results of {name} are not stored (STORE_RESULTS off, or the task's "
                        f"store_result=False).")
-    ttl = getattr(client.broker, "record_ttl", None)
+    ttl = client.broker.record_ttl
     kept = "" if ttl is None else f" (records are kept {ttl} s after the task ends)"
     if finished_ms is None or ttl is None:
         return Absence(EXPIRED, f"It finished ({state}), and its record is no longer in "

@@ -13,8 +13,8 @@ Counters: one per event kind. Histograms: the run time of attempts (``duration_m
 of their outcome events) and the queue latency of messages (from ``enqueued`` to the
 ``started`` of their first attempt; the enqueue time waits in ``QueueKeys.
 metrics_starts`` until then). Needs events (``EVENTS``); events trimmed from the stream
-(``EVENTS_MAXLEN``) before a fold are not counted. RedisBroker only (with the memory
-broker the counters stay at 0; the gauges are right).
+(``EVENTS_MAXLEN``) before a fold are not counted. Stored through the broker's metrics
+store and lease (brokers/capabilities.py): on the memory broker, in its process.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .core import events as ev
-from .redis.ops import Op
 
 if TYPE_CHECKING:
+    from .brokers.capabilities import MetricsStore
     from .client import Client
 
 #: Upper bounds of the histogram buckets, in ms (then +Inf).
@@ -96,43 +96,32 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _is_redis(broker: Any) -> bool:
-    from .brokers.redis import RedisBroker
-
-    return isinstance(broker, RedisBroker)
-
-
 def fold(client: Client, queue: str) -> int:
     """Add the queue's events since the last fold to its counters; returns how many were
     folded (0 also when another process holds the lease: it is folding them)."""
     broker = client.broker
-    if not _is_redis(broker):
-        return 0  # the memory broker: counters need Redis
-    keys = broker.keys.queue(queue)
-    r = broker.sync.client
-    token = os.urandom(8).hex()
-    if not r.set(keys.metrics_lease, token, nx=True, px=LEASE_MS):
+    store = broker.metrics
+    lease = broker.lease(queue, "metrics", os.urandom(8).hex(), LEASE_MS)
+    if not lease.hold():
         return 0
     total = 0
     try:
-        cursor = _text(r.hget(keys.metrics, "cursor") or b"0")
+        cursor = store.cursor(queue)
         for _ in range(MAX_BATCHES):
             batch = client.events(queue, after=cursor, count=BATCH)
             if not batch:
                 break
-            _apply(r, keys, batch)
+            _apply(store, queue, batch)
             cursor = batch[-1].cursor
             total += len(batch)
             if len(batch) < BATCH:
                 break
     finally:
-        # Released only if still ours (a fold longer than the lease lost it).
-        if _text(r.get(keys.metrics_lease) or b"") == token:
-            r.delete(keys.metrics_lease)
+        lease.release()  # only if still ours (a fold longer than the lease lost it)
     return total
 
 
-def _apply(r: Any, keys: Any, batch: list[ev.Event]) -> None:
+def _apply(store: MetricsStore, queue: str, batch: list[ev.Event]) -> None:
     incr: dict[str, int] = {}
     enqueued: dict[str, int] = {}
     waiting_start: list[ev.Event] = []
@@ -140,6 +129,12 @@ def _apply(r: Any, keys: Any, batch: list[ev.Event]) -> None:
 
     def add(name: str, n: int = 1) -> None:
         incr[name] = incr.get(name, 0) + n
+
+    def add_latency(latency: int | None) -> None:
+        if latency is not None:
+            add(f"l:{_bucket(latency)}")
+            add("l:sum", latency)
+            add("l:count")
 
     for event in batch:
         add(f"c:{event.kind}")
@@ -151,50 +146,26 @@ def _apply(r: Any, keys: Any, batch: list[ev.Event]) -> None:
             enqueued[event.id] = event.time_ms
         elif event.kind == ev.STARTED:
             if event.id in enqueued:
-                latency = _latency(event.time_ms, enqueued.pop(event.id))
-                if latency is not None:
-                    add(f"l:{_bucket(latency)}")
-                    add("l:sum", latency)
-                    add("l:count")
+                add_latency(_latency(event.time_ms, enqueued.pop(event.id)))
             elif event.attempt in (None, 1):
                 waiting_start.append(event)
         elif event.terminal:
             enqueued.pop(event.id, None)
             gone.add(event.id)
-    if waiting_start:  # enqueued in an earlier fold: their time waits in metrics_starts
-        times = r.hmget(keys.metrics_starts, [e.id for e in waiting_start])
+    if waiting_start:  # enqueued in an earlier fold: their time waits in the store
+        times = store.enqueue_times(queue, [e.id for e in waiting_start])
         for event, at in zip(waiting_start, times, strict=True):
             if at is not None:
-                latency = _latency(event.time_ms, int(at))
-                if latency is not None:
-                    add(f"l:{_bucket(latency)}")
-                    add("l:sum", latency)
-                    add("l:count")
+                add_latency(_latency(event.time_ms, at))
                 gone.add(event.id)
-    pipe = r.pipeline(transaction=True)
-    for name, n in incr.items():
-        pipe.hincrby(keys.metrics, name, n)
-    pipe.hset(keys.metrics, "cursor", batch[-1].cursor)
     gone -= set(enqueued)
-    if gone:
-        pipe.hdel(keys.metrics_starts, *gone)
-    if enqueued:
-        pipe.hset(keys.metrics_starts, mapping=enqueued)
-    pipe.execute()
-    if enqueued and r.hlen(keys.metrics_starts) > MAX_STARTS:
-        r.delete(keys.metrics_starts)  # messages that never start: forget them all
+    store.add(queue, incr, batch[-1].cursor, sorted(gone), enqueued, MAX_STARTS)
 
 
 def read(client: Client, queue: str) -> QueueMetrics:
     """The queue's folded metrics (as of the last fold)."""
-    broker = client.broker
-    if not _is_redis(broker):
-        return QueueMetrics(queue)
-    raw = broker.sync.run(Op(command=("HGETALL", broker.keys.queue(queue).metrics)))
-    if isinstance(raw, list):
-        raw = dict(zip(raw[::2], raw[1::2], strict=True))
     out = QueueMetrics(queue)
-    for key, value in (raw or {}).items():
+    for key, value in client.broker.metrics.read(queue).items():
         name, text = _text(key), _text(value)
         if name == "cursor":
             out.cursor = text

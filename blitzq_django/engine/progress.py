@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError
-from .redis.ops import Op
 
 if TYPE_CHECKING:
     from .client import Client
@@ -113,87 +112,31 @@ def make(done: Any, total: Any = None, note: Any = None, owner: Any = None) -> P
 
 
 # -- storage ---------------------------------------------------------------------------
-# RedisBroker: the hash and channel of QueueKeys. MemoryBroker: a dict on the broker.
-
-
-def _is_redis(broker: Any) -> bool:
-    from .brokers.redis import RedisBroker
-
-    return isinstance(broker, RedisBroker)
-
-
-def _memory(broker: Any) -> dict[tuple[str, str], dict[str, str]]:
-    store = getattr(broker, "_blitzq_progress", None)
-    if store is None:
-        store = broker._blitzq_progress = {}
-    return store
-
-
-def _write_ops(broker: Any, queue: str, message_id: str, fields: dict[str, str],
-               publish: bytes | None) -> list[Op]:
-    keys = broker.keys.queue(queue)
-    key = keys.progress(message_id)
-    flat: list[Any] = []
-    for name, value in fields.items():
-        flat += [name, value]
-    ops = [Op(command=("HSET", key, *flat)),
-           Op(command=("PEXPIRE", key, broker.record_ttl * 1000))]
-    if publish is not None:
-        ops.append(Op(command=("PUBLISH", keys.progress_channel(message_id), publish)))
-    return ops
+# The broker's progress store (brokers/capabilities.py ProgressStore): on Redis the hash
+# and channel of QueueKeys, in memory a dict.
 
 
 async def awrite(broker: Any, queue: str, message_id: str, progress: Progress) -> None:
     """Write one report and publish it."""
-    payload = json.dumps(progress.to_dict()).encode()
-    if _is_redis(broker):
-        await broker.aio.run_many(_write_ops(broker, queue, message_id, progress.fields(),
-                                             payload))
-    else:
-        _memory(broker).setdefault((queue, message_id), {}).update(progress.fields())
+    await broker.progress.awrite(queue, message_id, progress.fields(),
+                                 json.dumps(progress.to_dict()).encode())
 
 
 def claim(client: Client, queue: str, message_id: str, owner: Any) -> None:
     """Record the owner of a message (its user_id) before it reports anything."""
-    broker = client.broker
-    fields = {"u": str(owner)}
-    if _is_redis(broker):
-        broker.sync.run_many(_write_ops(broker, queue, message_id, fields, None))
-    else:
-        _memory(broker).setdefault((queue, message_id), {}).update(fields)
+    client.broker.progress.write(queue, message_id, {"u": str(owner)})
 
 
 async def aclaim(client: Client, queue: str, message_id: str, owner: Any) -> None:
-    broker = client.broker
-    fields = {"u": str(owner)}
-    if _is_redis(broker):
-        await broker.aio.run_many(_write_ops(broker, queue, message_id, fields, None))
-    else:
-        _memory(broker).setdefault((queue, message_id), {}).update(fields)
+    await client.broker.progress.awrite(queue, message_id, {"u": str(owner)})
 
 
 def read_raw(client: Client, queue: str, message_id: str) -> dict[str, str]:
-    broker = client.broker
-    if _is_redis(broker):
-        raw = broker.sync.run(Op(command=("HGETALL", broker.keys.queue(queue).progress(
-            message_id)), parse=_hash))
-        return raw
-    return dict(_memory(broker).get((queue, message_id), {}))
+    return client.broker.progress.read(queue, message_id)
 
 
 async def aread_raw(client: Client, queue: str, message_id: str) -> dict[str, str]:
-    broker = client.broker
-    if _is_redis(broker):
-        return await broker.aio.run(Op(command=("HGETALL", broker.keys.queue(queue).progress(
-            message_id)), parse=_hash))
-    return dict(_memory(broker).get((queue, message_id), {}))
-
-
-def _hash(reply: Any) -> dict[str, str]:
-    if isinstance(reply, dict):
-        return {_text(k): _text(v) for k, v in reply.items()}
-    items = list(reply or [])
-    return {_text(items[i]): _text(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+    return await client.broker.progress.aread(queue, message_id)
 
 
 def owner_of(raw: dict[str, str]) -> str | None:
@@ -348,13 +291,8 @@ async def afollow(client: Client, message_id: str, queue: str | None = None, *,
     seconds all the same (a publish missed, or the memory broker)."""
     queue = queue or client.default_queue
     broker = client.broker
-    pubsub = None
-    if _is_redis(broker):
-        keys = broker.keys.queue(queue)
-        pubsub = broker.aio.client.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(keys.progress_channel(message_id), keys.done_channel(message_id))
     last: dict[str, Any] | None = None
-    try:
+    async with broker.progress.watch(queue, message_id) as changes:
         while True:
             record = await broker.aget_record(queue, message_id)
             now = snapshot(record, await aread_raw(client, queue, message_id))
@@ -364,13 +302,7 @@ async def afollow(client: Client, message_id: str, queue: str | None = None, *,
                 yield now
             if now["final"]:
                 return
-            if pubsub is not None:
-                await pubsub.get_message(timeout=recheck_s)
-            else:
-                await asyncio.sleep(min(recheck_s, 0.05))
-    finally:
-        if pubsub is not None:
-            await pubsub.aclose()
+            await changes.wait(recheck_s)
 
 
 def read(client: Client, message_id: str, queue: str | None = None) -> Progress | None:
@@ -383,31 +315,16 @@ async def aread(client: Client, message_id: str, queue: str | None = None) -> Pr
                                                 message_id))
 
 
-def _many_ops(client: Client, which: list[tuple[str, str]]) -> list[Op]:
-    broker = client.broker
-    return [Op(command=("HGETALL", broker.keys.queue(queue).progress(message_id)),
-               parse=_hash) for queue, message_id in which]
-
-
 def read_many(client: Client, which: list[tuple[str, str]]) -> list[Progress | None]:
     """The latest progress of each (queue, message id), in one round trip (the
     dashboard's running list)."""
-    broker = client.broker
     if not which:
         return []
-    if _is_redis(broker):
-        raws = broker.sync.run_many(_many_ops(client, which))
-    else:
-        raws = [dict(_memory(broker).get(key, {})) for key in which]
-    return [Progress.from_fields(raw) for raw in raws]
+    return [Progress.from_fields(raw) for raw in client.broker.progress.read_many(which)]
 
 
 async def aread_many(client: Client, which: list[tuple[str, str]]) -> list[Progress | None]:
-    broker = client.broker
     if not which:
         return []
-    if _is_redis(broker):
-        raws = await broker.aio.run_many(_many_ops(client, which))
-    else:
-        raws = [dict(_memory(broker).get(key, {})) for key in which]
-    return [Progress.from_fields(raw) for raw in raws]
+    return [Progress.from_fields(raw)
+            for raw in await client.broker.progress.aread_many(which)]

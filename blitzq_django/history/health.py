@@ -1,7 +1,8 @@
 """Whether each queue's task history is complete, and what it lacks when it is not.
 
-Two things make a history incomplete, and both are counted per queue in a Redis hash
-(``QueueKeys.history_health``, ``bq:{ns:queue}:hh``) that every process reads:
+Two things make a history incomplete, and both are counted per queue by the broker's
+history store (on Redis a hash, ``QueueKeys.history_health``, ``bq:{ns:queue}:hh``, that
+every process reads):
 
 * **lost** events: trimmed from the events stream before the writer read them (the
   stream's hard cap, ``EVENTS_HARD_MAXLEN``, reached while the writer was behind or
@@ -19,7 +20,6 @@ queue's writer has not read yet (docs/django.md, docs/metrics.md).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,11 +27,12 @@ from typing import Any
 
 from ..engine import Client
 from ..engine.core import events as ev
-from ..engine.errors import BrokerError
-from ..engine.redis import ops
 
 log = logging.getLogger("blitzq.history")
 
+#: The events consumer group of the writers (writer.py): its lag is what they have not
+#: read yet.
+GROUP = "blitzq-history"
 #: Most characters of the last unwritable event's description kept.
 LAST_MAX = 1000
 
@@ -56,68 +57,17 @@ class Health:
         return not self.lost and not self.unwritable and not self.gaps
 
 
-def _redis(client: Client) -> Any | None:
-    broker: Any = client.broker
-    return broker if hasattr(broker, "sync") and hasattr(broker, "keys") else None
-
-
-#: The memory broker's counts (its events live in this process; nothing is trimmed from
-#: under a writer there, but an unwritable event is recorded all the same).
-_memory: dict[str, dict[str, Any]] = {}
-_memory_lock = threading.Lock()
-
-
 def record_unwritable(client: Client, queue: str, event: ev.Event, exc: BaseException) -> None:
     """Count one event the database refused, keep its description as the last one."""
-    now = int(time.time() * 1000)
     text = (f"task {event.id} ({event.task or 'unknown task'}), event {event.kind} "
             f"{event.cursor}: {type(exc).__name__}: {exc}")[:LAST_MAX]
-    broker = _redis(client)
-    if broker is None:
-        with _memory_lock:
-            found = _memory.setdefault(queue, {})
-            found["unwritable"] = found.get("unwritable", 0) + 1
-            found["unwritable_last_ms"], found["unwritable_last"] = now, text
-        return
-    key = broker.keys.queue(queue).history_health
-    r = broker.sync.client
-    pipe = r.pipeline(transaction=True)
-    pipe.hincrby(key, "unwritable", 1)
-    pipe.hset(key, mapping={"unwritable_last_ms": now, "unwritable_last": text})
-    pipe.execute()
+    client.broker.history.add_unwritable(queue, int(time.time() * 1000), text)
 
 
 def read(client: Client, queues: Iterable[str]) -> list[Health]:
-    """The health of each queue's history: two reads per queue, pipelined."""
-    queues = list(queues)
-    broker = _redis(client)
-    if broker is None:
-        with _memory_lock:
-            return [_health(q, {k: str(v) for k, v in _memory.get(q, {}).items()}, None)
-                    for q in queues]
-    found = []
-    for queue in queues:
-        keys = broker.keys.queue(queue)
-        fields = broker.sync.run(ops.history_health(keys))
-        try:
-            groups = broker.sync.run(ops.events_groups(keys))
-        except BrokerError:  # no stream yet
-            groups = []
-        found.append(_health(queue, fields, _unread(groups)))
-    return found
-
-
-def _unread(groups: list[dict[str, Any]]) -> int | None:
-    from .writer import GROUP
-
-    for group in groups:
-        if group.get("name") == GROUP:
-            lag = group.get("lag")
-            try:
-                return int(lag) if lag not in (None, "") else None
-            except (TypeError, ValueError):
-                return None
-    return None
+    """The health of each queue's history."""
+    store = client.broker.history
+    return [_health(queue, *store.health(queue, GROUP)) for queue in queues]
 
 
 def _int(value: Any) -> int | None:

@@ -9,8 +9,9 @@ unacknowledged events when it starts again (they are pending for the group's one
 consumer name, ``CONSUMER``); rows remember the last event applied, so the re-read
 batch changes nothing already written. No transition is lost, none applied twice.
 
-One writer per queue at a time: a Redis lease (``bq:{ns:queue}:hl``, a token with a
-TTL, renewed every round and checked again just before each commit) elects it; other
+One writer per queue at a time: the broker's lease (``broker.lease(queue, "history",
+...)``; on Redis ``bq:{ns:queue}:hl``, a token with a TTL, renewed every round and
+checked again just before each commit) elects it; other
 writers (every ``runworker`` process runs one, and ``manage.py runhistory``) stand by
 and take over within the lease TTL when it dies. Two writers folding the same row at
 once would each write their own merge, and the second would drop the first's events.
@@ -48,7 +49,6 @@ from django.db import (
     connections,
     transaction,
 )
-from redis.exceptions import RedisError
 
 from ..engine import Client
 from ..engine.core import events as ev
@@ -56,29 +56,16 @@ from ..engine.core.record import Record
 from ..engine.core.redact import redact as redact_args
 from ..engine.core.redact import redact_value
 from ..engine.errors import BrokerError
-from ..engine.redis import ops
 from . import health, merge
+from .health import GROUP
 from .merge import Row
 
 log = logging.getLogger("blitzq.history")
 
-GROUP = "blitzq-history"  # the events consumer group of the writers
 CONSUMER = "writer"  # one name: whoever holds the lease reads its predecessor's pending
 BATCH = 2000  # events per read
 LEASE_TTL_MS = 15_000
 IDLE_BLOCK_MS = 1000  # a round that found nothing waits this long (split over queues)
-
-_HOLD = """
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
-end
-if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
-return 0
-"""
-_RELEASE = """
-if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end
-return 0
-"""
 
 FIELDS = ("idempotency_key", "task_name", "queue", "state", "attempt", "args", "kwargs",
           "result", "error_type", "error_message", "traceback", "created_at", "started_at",
@@ -96,27 +83,6 @@ class Refused(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.error = error
-
-
-class Lease:
-    """The right to write one queue's history (a Redis key holding this writer's token).
-    On the memory broker (one process) it is always held."""
-
-    def __init__(self, client: Client, queue: str, token: str, ttl_ms: int) -> None:
-        broker: Any = client.broker
-        self.redis = broker.sync.client if hasattr(broker, "sync") else None
-        self.key = broker.keys.queue(queue).history_lease if self.redis is not None else ""
-        self.token, self.ttl_ms = token, ttl_ms
-
-    def hold(self) -> bool:
-        """Take the lease or renew it; whether this writer holds it."""
-        if self.redis is None:
-            return True
-        return bool(self.redis.eval(_HOLD, 1, self.key, self.token, self.ttl_ms))
-
-    def release(self) -> None:
-        if self.redis is not None:
-            self.redis.eval(_RELEASE, 1, self.key, self.token)
 
 
 @dataclass
@@ -141,7 +107,7 @@ def _refused(exc: BaseException) -> bool:
     writer tells them apart by asking the table, _table_answers.)"""
     from django.db import InterfaceError, OperationalError
 
-    return not isinstance(exc, LeaseLost | BrokerError | RedisError | OperationalError
+    return not isinstance(exc, LeaseLost | BrokerError | OperationalError
                           | InterfaceError | OSError)
 
 
@@ -287,20 +253,13 @@ def _sqlite_upsert(connection: Any, rows: Sequence[Row]) -> None:
 
 
 def read_records(client: Client, queue: str, ids: Sequence[str]) -> list[Record | None]:
-    """The records of ``ids``: one MGET on Redis per 1000 (a GET each cost the writer
-    three times the time: a reply to parse per key)."""
-    broker: Any = client.broker
-    if not hasattr(broker, "sync"):
-        return [broker.get_record(queue, i) for i in ids]
-    keys = broker.keys.queue(queue)
+    """The records of ``ids``, read in one round trip per 1000 (``broker.records``)."""
     out: list[Record | None] = []
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start:start + 1000]
-        for data in broker.sync.run(ops.mget([keys.record(i) for i in chunk])):
-            try:
-                out.append(Record.from_bytes(data) if data else None)
-            except Exception:  # noqa: BLE001 - an unreadable record: no result, row kept
-                out.append(None)
+    for data in client.broker.records(queue, ids):
+        try:
+            out.append(Record.from_bytes(data) if data else None)
+        except Exception:  # noqa: BLE001 - an unreadable record: no result, row kept
+            out.append(None)
     return out
 
 
@@ -320,7 +279,8 @@ class HistoryWriter:
         #: not trim (the scripts' cap does), and counts no lost events.
         self.keep_events = keep_events
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.leases = {q: Lease(client, q, self.name, lease_ttl_ms) for q in self.queues}
+        self.leases = {q: client.broker.lease(q, "history", self.name, lease_ttl_ms)
+                       for q in self.queues}
         self.held: set[str] = set()
         self._backlog: set[str] = set()  # held queues whose pending events are not read yet
         if redact is None or redact_result is None:
@@ -384,21 +344,8 @@ class HistoryWriter:
         trimmed before the writer read them (logged at ERROR) and trimming the stream to
         ``keep_events`` and what the writer has not read (events_read.lua)."""
         count = self.batch if count is None else count
-        broker: Any = self.client.broker
-        if not hasattr(broker, "sync"):  # the memory broker: nothing trims under a writer
-            return self.client.read_events(queue, GROUP, CONSUMER, count, block_ms) \
-                if count else []
-        keys = broker.keys.queue(queue)
-        found = self._read_counted(broker, keys, queue, count)
-        if not found.events and count and block_ms:
-            broker.sync.run(ops.events_wait(keys, found.last, block_ms))
-            found = self._read_counted(broker, keys, queue, count)
-        return found.events
-
-    def _read_counted(self, broker: Any, keys: Any, queue: str, count: int) -> ops.GroupRead:
-        found: ops.GroupRead = broker.sync.run(ops.events_read_counted(
-            keys, queue, GROUP, CONSUMER, count, self.keep_events or 0,
-            int(time.time() * 1000)))
+        found = self.client.broker.history.read(queue, GROUP, CONSUMER, count,
+                                                self.keep_events or 0, block_ms)
         if found.lost:
             self.stats.lost += found.lost
             log.error("history of queue %r: %d events were trimmed from its events stream "
@@ -417,7 +364,7 @@ class HistoryWriter:
                         "events and are skipped (the first: %s)", queue, len(found.skipped),
                         found.skipped[0])
             self.client.ack_events(queue, GROUP, found.skipped)
-        return found
+        return found.events
 
     def write(self, queue: str, events: Sequence[ev.Event]) -> int:
         """Fold ``events`` (one queue's, stream order) into their rows, commit, then ack.
@@ -553,7 +500,7 @@ class HistoryWriter:
                     self.held.discard(str(lost))
                 except Exception as exc:
                     backoff = min(max(backoff * 2, 0.1), 5.0)
-                    if isinstance(exc, BrokerError | RedisError | DatabaseError):
+                    if isinstance(exc, BrokerError | DatabaseError):
                         # Redis or the database away: one line (no traceback, no URL).
                         log.warning("history writer %s: %s: %s; retrying in %.1f s",
                                     self.name, type(exc).__name__, exc, backoff)

@@ -20,7 +20,6 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models.signals import post_delete, post_save
-from redis import RedisError
 
 from ..engine.core import schedules as rules
 from ..engine.core.schedules import Schedule
@@ -128,7 +127,7 @@ def notify() -> None:
     """Tell running schedulers the rows changed; a failure (Redis down) is logged."""
     try:
         notify_changed()
-    except (BlitzqError, RedisError, OSError, ImproperlyConfigured) as exc:
+    except (BlitzqError, OSError, ImproperlyConfigured) as exc:
         log.warning("database schedules changed, but the schedulers could not be told "
                     "(they read them again at their next start or change): %s: %s",
                     type(exc).__name__, exc)

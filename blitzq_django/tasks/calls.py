@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Record
-from ..engine.brokers.redis import RedisBroker
 from ..engine.core.message import pack, unpack
-from ..engine.redis import ops
 
 _VERSION = 1
 
@@ -61,68 +59,37 @@ class Call:
                    dict(kwargs), created)
 
 
-def _is_redis(broker: Any) -> bool:
-    return isinstance(broker, RedisBroker)
-
-
-def _memory(broker: Any) -> dict[tuple[str, str], bytes]:
-    store: dict[tuple[str, str], bytes] | None = getattr(broker, "_blitzq_django_calls", None)
-    if store is None:
-        store = broker._blitzq_django_calls = {}
-    return store
-
-
-def _set(broker: Any, queue: str, message_id: str, call: Call, due_ms: int,
-         now_ms: int) -> ops.Op:
-    ttl_ms = max(due_ms - now_ms, 0) + 2 * broker.record_ttl * 1000
-    return ops.Op(command=("SET", broker.keys.queue(queue).django_call(message_id),
-                           call.to_bytes(), "PX", ttl_ms))
+def _ttl_ms(broker: Any, due_ms: int, now_ms: int) -> int:
+    return max(due_ms - now_ms, 0) + 2 * broker.record_ttl * 1000
 
 
 def write(broker: Any, queue: str, message_id: str, call: Call, due_ms: int = 0) -> None:
     """Keep ``call`` for the message (before it is enqueued: a worker may end it at once)."""
-    if _is_redis(broker):
-        broker.sync.run(_set(broker, queue, message_id, call, due_ms, call.created_ms))
-    else:
-        _memory(broker)[(queue, message_id)] = call.to_bytes()
+    broker.attachments.write(queue, message_id, call.to_bytes(),
+                             _ttl_ms(broker, due_ms, call.created_ms))
 
 
 async def awrite(broker: Any, queue: str, message_id: str, call: Call,
                  due_ms: int = 0) -> None:
-    if _is_redis(broker):
-        await broker.aio.run(_set(broker, queue, message_id, call, due_ms, call.created_ms))
-    else:
-        _memory(broker)[(queue, message_id)] = call.to_bytes()
+    await broker.attachments.awrite(queue, message_id, call.to_bytes(),
+                                    _ttl_ms(broker, due_ms, call.created_ms))
 
 
 def read(broker: Any, queue: str, message_id: str) -> Call | None:
     """The call of a message, or None."""
-    if _is_redis(broker):
-        data = broker.sync.run(ops.get(broker.keys.queue(queue).django_call(message_id)))
-    else:
-        data = _memory(broker).get((queue, message_id))
+    data = broker.attachments.read(queue, message_id)
     return Call.from_bytes(data) if data else None
 
 
 def read_with_record(broker: Any, queue: str, message_id: str
                      ) -> tuple[Record | None, Call | None]:
     """The record and the call of a message (one round trip on Redis)."""
-    if not _is_redis(broker):
-        return broker.get_record(queue, message_id), read(broker, queue, message_id)
-    keys = broker.keys.queue(queue)
-    record, call = broker.sync.run(ops.mget([keys.record(message_id),
-                                             keys.django_call(message_id)]))
-    return _decoded(record, call)
+    return _decoded(*broker.attachments.read_with_record(queue, message_id))
 
 
 async def aread_with_record(broker: Any, queue: str, message_id: str
                             ) -> tuple[Record | None, Call | None]:
-    if not _is_redis(broker):
-        return await broker.aget_record(queue, message_id), read(broker, queue, message_id)
-    keys = broker.keys.queue(queue)
-    record, call = await broker.aio.run(ops.mget([keys.record(message_id),
-                                                  keys.django_call(message_id)]))
-    return _decoded(record, call)
+    return _decoded(*await broker.attachments.aread_with_record(queue, message_id))
 
 
 def _decoded(record: bytes | None, call: bytes | None) -> tuple[Record | None, Call | None]:

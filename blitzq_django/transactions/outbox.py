@@ -98,7 +98,7 @@ def held_id(client: Any, queue: str, key: str) -> str | None:
     """The id of the message holding idempotency key ``key`` on ``queue``, or None (also
     when it cannot be known now: the commit-time enqueue's answer corrects the handle)."""
     try:
-        return client.unique_holder(queue, key)  # type: ignore[no-any-return]
+        return client.idempotency_holder(queue, key)  # type: ignore[no-any-return]
     except Exception:  # noqa: BLE001 - a lookup only; Redis down is handled at commit
         log.debug("could not look up idempotency key %r on queue %r", key, queue,
                   exc_info=True)

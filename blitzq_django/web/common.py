@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-import redis
 from django.contrib import messages
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
@@ -24,8 +23,7 @@ from ..engine.errors import BlitzqError
 T = TypeVar("T")
 
 #: What a page may meet when it asks Redis: shown as an error message, never a 500.
-ENGINE_ERRORS: tuple[type[BaseException], ...] = (BlitzqError, redis.RedisError, OSError,
-                                                  ImproperlyConfigured)
+ENGINE_ERRORS: tuple[type[BaseException], ...] = (BlitzqError, OSError, ImproperlyConfigured)
 
 
 def client() -> Client:

@@ -17,7 +17,6 @@ import hmac
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import redis
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
@@ -30,7 +29,7 @@ from ..engine.errors import BlitzqError
 from ..history import health
 
 #: What a scrape may meet when Redis cannot be read (as the admin pages: web/common.py).
-ENGINE_ERRORS: tuple[type[BaseException], ...] = (BlitzqError, redis.RedisError, OSError)
+ENGINE_ERRORS: tuple[type[BaseException], ...] = (BlitzqError, OSError)
 
 #: Gauges of a queue: name, QueueStats field, help.
 GAUGES = (

@@ -26,10 +26,10 @@ from blitzq_django.checks import (
     database_limit,
     judge_redis,
     persistent_connections,
-    read_redis_facts,
     redis_version,
 )
 from blitzq_django.decorators import blitzq_task
+from blitzq_django.engine import RedisBroker
 
 from ..support.redis_server import RedisServer
 from .conftest import running_worker
@@ -177,7 +177,11 @@ def test_deploy_check_reads_the_policy_of_the_apps_redis(settings: Any, own_redi
 
 
 def test_the_version_comes_from_info(own_redis: RedisServer, admin: redis.Redis) -> None:
-    info, policy, why = read_redis_facts(admin)
+    broker = RedisBroker(own_redis.url)
+    facts = broker.server_facts()
+    broker.close()
+    assert facts is not None
+    info, policy, why = facts
     assert redis_version(info) == redis_version(admin.info("server"))
     assert (policy, why) == ("noeviction", "")
 

@@ -15,6 +15,15 @@ from ..core.events import Event, peek
 from ..core.names import check_name
 from ..core.record import Record
 from ..errors import ConfigurationError
+from .capabilities import (
+    AttachmentStore,
+    HistoryStore,
+    Lease,
+    MetricsStore,
+    PeriodicStore,
+    ProgressStore,
+    ServerFacts,
+)
 
 DONE = "done"  # acked, final record written
 RETRY = "retry"  # acked, next attempt on the schedule
@@ -138,6 +147,38 @@ def ready_holds(replies: Sequence[Any], message_id: str, limit: int
 
 
 class Broker(Protocol):
+    """The one door to the store: nothing outside engine/brokers/ (and the Redis layer
+    under it) imports redis, formats a key or catches a redis error; a feature that needs
+    storage goes through a method here or a capability store (capabilities.py)."""
+
+    #: about this many events are kept per queue; 0: events off (core/events.py)
+    events_maxlen: int
+    #: events carry details (Event.detail): for a history writer
+    event_details: bool
+    record_ttl: int  # seconds a record is kept
+    #: messages live in this process only (MemoryBroker), lost when it exits
+    in_process: bool
+    location: str  # where the messages are, fit to show (no password)
+    mode: str  # the delivery mode of every queue queue_modes does not name
+
+    def mode_of(self, queue: str) -> str:
+        """The delivery mode of ``queue``: "reliable" or "fast"."""
+    # the feature stores (capabilities.py)
+    progress: ProgressStore
+    periodic: PeriodicStore
+    metrics: MetricsStore
+    history: HistoryStore
+    attachments: AttachmentStore
+
+    def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> Lease:
+        """The lease of ``purpose`` (capabilities.LEASE_PURPOSES) on ``queue`` for the
+        holder ``token``: one holder per queue and purpose at a time."""
+    def ping(self) -> None:
+        """Raise BrokerUnavailable when the store cannot be reached."""
+    async def aping(self) -> None: ...
+    def server_facts(self) -> ServerFacts | None:
+        """What the deploy checks read of the server; None: no server (in process)."""
+
     # producer, sync
     def enqueue(self, items: Sequence[Enqueue]) -> list[str]: ...
     def get_record(self, queue: str, message_id: str) -> Record | None: ...
@@ -145,6 +186,30 @@ class Broker(Protocol):
     def scheduled_due_ms(self, queue: str, message_id: str) -> int | None: ...
     def scheduled_payload(self, queue: str, message_id: str) -> bytes | None: ...
     def dead_letter(self, queue: str, message_id: str) -> bytes | None: ...
+    # dead letters (engine DeadLetters), sync and async: ids by the time they were
+    # dead-lettered, bodies by id, and the three ways out (replay, remove, purge)
+    def dead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]: ...
+    async def adead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]: ...
+    def dead_letter_bodies(self, queue: str, ids: Sequence[str]) -> list[bytes | None]: ...
+    async def adead_letter_bodies(self, queue: str,
+                                  ids: Sequence[str]) -> list[bytes | None]: ...
+    def replay_dead_letters(self, queue: str,
+                            items: Sequence[tuple[str, str, bytes]]) -> int:
+        """For each (dead letter's id, new message id, encoded new message): drop the dead
+        letter and put the new message on ``queue``, atomically; how many were replayed."""
+    async def areplay_dead_letters(self, queue: str,
+                                   items: Sequence[tuple[str, str, bytes]]) -> int: ...
+    def remove_dead_letters(self, queue: str, ids: Sequence[str]) -> int: ...
+    async def aremove_dead_letters(self, queue: str, ids: Sequence[str]) -> int: ...
+    def purge_dead_letters(self, queue: str) -> int: ...
+    async def apurge_dead_letters(self, queue: str) -> int: ...
+    def records(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        """The encoded records of ``ids`` (None where there is none), in one round trip
+        per 1000."""
+    async def arecords(self, queue: str, ids: Sequence[str]) -> list[bytes | None]: ...
+    def idempotency_holder(self, queue: str, key: str) -> str | None:
+        """The id of the message holding idempotency key ``key`` on ``queue``, or None."""
+    async def aidempotency_holder(self, queue: str, key: str) -> str | None: ...
     def locate(self, queue: str, message_id: str
                ) -> tuple[Record | None, int | None, bytes | None]:
         """In one step: the message's record, and when it is scheduled its due time (ms)
@@ -220,8 +285,6 @@ class Broker(Protocol):
         """Take up to ``wanted`` tokens of a rate limit's bucket (shared by every worker):
         (granted, ms until the rest should come back, one token interval apart)."""
     # events (core/events.py), sync and async
-    #: each queue's event stream keeps about this many events; 0: no events are written
-    events_maxlen: int
     def last_event_cursor(self, queue: str) -> str:
         """The cursor of the queue's newest event, "0-0" when there is none."""
     async def alast_event_cursor(self, queue: str) -> str: ...

@@ -40,6 +40,15 @@ from .base import (
     check_modes,
     ready_holds,
 )
+from .capabilities import ServerFacts
+from .memory_stores import (
+    MemoryAttachmentStore,
+    MemoryHistoryStore,
+    MemoryLease,
+    MemoryMetricsStore,
+    MemoryPeriodicStore,
+    MemoryProgressStore,
+)
 
 
 def _now_ms() -> int:
@@ -115,6 +124,9 @@ def _cursor(cursor: str) -> tuple[int, int]:
 
 class MemoryBroker:
     url = "memory://"
+    #: messages live in this process only, and are lost when it exits
+    in_process = True
+    location = "memory"  # where the messages are
 
     def __init__(self, *, record_ttl: int = 86400, idempotency_ttl: int = 86400,
                  dead_letter_max: int = 100_000, revoke_ttl: int = 3600,
@@ -157,6 +169,27 @@ class MemoryBroker:
         self._running_expiry: dict[tuple[str, str], float] = {}
         self._readers: dict[str, set[str]] = {}  # queue -> consumers that read it
         self._seen: set[str] = set()  # every queue a message was written to
+        #: the feature stores (capabilities.py), in this process
+        self.progress = MemoryProgressStore()
+        self.periodic = MemoryPeriodicStore(self)
+        self.metrics = MemoryMetricsStore()
+        self.history = MemoryHistoryStore(self)
+        self.attachments = MemoryAttachmentStore(self)
+        self._leases: dict[tuple[str, str], tuple[str, float]] = {}
+
+    def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> MemoryLease:
+        """The lease of ``purpose`` on ``queue`` for the holder ``token``."""
+        return MemoryLease(self._leases, self._lock, queue, purpose, token, ttl_ms)
+
+    def ping(self) -> None:
+        """Always answers: it is this process."""
+
+    async def aping(self) -> None:
+        """Always answers: it is this process."""
+
+    def server_facts(self) -> ServerFacts | None:
+        """None: no server to check."""
+        return None
 
     def mode_of(self, queue: str) -> str:
         """The delivery mode of ``queue``: "reliable" or "fast"."""
@@ -246,12 +279,6 @@ class MemoryBroker:
     async def aseen_queues(self) -> list[str]:
         return self.seen_queues()
 
-    def unique_holder(self, queue: str, key: str) -> str | None:
-        """The id of the message holding idempotency key ``key`` on ``queue``, or None."""
-        with self._lock:
-            mark = self._unique.get((queue, key))
-        return str(mark[1]) if mark and mark[0] > time.monotonic() else None
-
     def forget_queue(self, queue: str) -> None:
         with self._lock:
             self._seen.discard(queue)
@@ -270,6 +297,25 @@ class MemoryBroker:
             del self._records[(queue, message_id)]
             return None
         return Record.from_bytes(held[1])
+
+    def records(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        """The encoded records of ``ids`` (None where there is none)."""
+        now = time.monotonic()
+        with self._lock:
+            found = [self._records.get((queue, i)) for i in ids]
+        return [held[1] if held is not None and held[0] > now else None for held in found]
+
+    async def arecords(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        return self.records(queue, ids)
+
+    def idempotency_holder(self, queue: str, key: str) -> str | None:
+        """The id of the message holding idempotency key ``key`` on ``queue``, or None."""
+        with self._lock:
+            held = self._unique.get((queue, key))
+        return held[1] if held is not None and held[0] > time.monotonic() else None
+
+    async def aidempotency_holder(self, queue: str, key: str) -> str | None:
+        return self.idempotency_holder(queue, key)
 
     def get_record(self, queue: str, message_id: str) -> Record | None:
         with self._lock:

@@ -25,8 +25,15 @@ from ..core.events import packer as event_packer
 from ..core.record import FINAL_STATES, Record
 from ..errors import BrokerError, BrokerUnavailable
 from ..redis import ops
+from ..redis.attachments import RedisAttachmentStore
+from ..redis.facts import server_facts
+from ..redis.history import RedisHistoryStore
 from ..redis.keys import Keyspace, QueueKeys
+from ..redis.lease import RedisLease
+from ..redis.metrics import RedisMetricsStore
 from ..redis.ops import Op
+from ..redis.periodic import RedisPeriodicStore
+from ..redis.progress import RedisProgressStore
 from ..redis.store import (
     AsyncStore,
     SyncStore,
@@ -47,6 +54,7 @@ from .base import (
     check_modes,
     ready_holds,
 )
+from .capabilities import ServerFacts
 
 log = logging.getLogger("blitzq.broker")
 
@@ -87,6 +95,12 @@ def _located(replies: list[Any]) -> Located:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _holder(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value if isinstance(value, str) and value else None
 
 
 class RedisBroker:
@@ -140,6 +154,25 @@ class RedisBroker:
         #: SEEN_REFRESH_S of a Redis that lost the set)
         self._seen: set[str] = set()
         self._seen_until = 0
+        #: the feature stores (capabilities.py): engine/redis/'s, on this broker's keys
+        #: and connections
+        self.progress = RedisProgressStore(self)
+        self.periodic = RedisPeriodicStore(self)
+        self.metrics = RedisMetricsStore(self)
+        self.history = RedisHistoryStore(self)
+        self.attachments = RedisAttachmentStore(self)
+
+    def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> RedisLease:
+        """The lease of ``purpose`` on ``queue`` for the holder ``token`` (lease.py)."""
+        return RedisLease(self, queue, purpose, token, ttl_ms)
+
+    #: messages live in Redis, beyond this process
+    in_process = False
+
+    @property
+    def location(self) -> str:
+        """Where the messages are: the URL, its password masked."""
+        return redact(self.url)
 
     def mode_of(self, queue: str) -> str:
         """The delivery mode of ``queue``: "reliable" or "fast"."""
@@ -171,6 +204,13 @@ class RedisBroker:
 
     def ping(self) -> None:
         self.sync.run(Op(command=("PING",)))
+
+    async def aping(self) -> None:
+        await self.aio.run(Op(command=("PING",)))
+
+    def server_facts(self) -> ServerFacts | None:
+        """What the deploy checks read of the server (redis/facts.py)."""
+        return server_facts(self.sync.run)
 
     # -- producing -----------------------------------------------------------
 
@@ -335,13 +375,6 @@ class RedisBroker:
     async def aseen_queues(self) -> list[str]:
         return await self.aio.run(ops.seen_queues(self.keys))
 
-    def unique_holder(self, queue: str, key: str) -> str | None:
-        """The id of the message holding idempotency key ``key`` on ``queue``, or None."""
-        value = self.sync.run(ops.get(self.keys.queue(queue).unique(key)))
-        if isinstance(value, bytes):
-            value = value.decode()
-        return value if isinstance(value, str) and value else None
-
     def forget_queue(self, queue: str) -> None:
         """Remove ``queue`` from the seen queues (a producer writing to it adds it back)."""
         self.sync.run(ops.forget_seen_queue(self.keys, queue))
@@ -367,6 +400,29 @@ class RedisBroker:
     async def aget_record(self, queue: str, message_id: str) -> Record | None:
         data = await self.aio.run(ops.get(self.keys.queue(queue).record(message_id)))
         return Record.from_bytes(data) if data else None
+
+    def _records_ops(self, queue: str, ids: Sequence[str]) -> list[Op]:
+        # One MGET per 1000 (a GET each cost a history writer three times the time: a
+        # reply to parse per key).
+        keys = self.keys.queue(queue)
+        return [ops.mget([keys.record(i) for i in ids[start:start + 1000]])
+                for start in range(0, len(ids), 1000)]
+
+    def records(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        """The encoded records of ``ids`` (None where there is none)."""
+        return [data for reply in self.sync.run_many(self._records_ops(queue, ids))
+                for data in reply]
+
+    async def arecords(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        return [data for reply in await self.aio.run_many(self._records_ops(queue, ids))
+                for data in reply]
+
+    def idempotency_holder(self, queue: str, key: str) -> str | None:
+        """The id of the message holding idempotency key ``key`` on ``queue``, or None."""
+        return _holder(self.sync.run(ops.get(self.keys.queue(queue).unique(key))))
+
+    async def aidempotency_holder(self, queue: str, key: str) -> str | None:
+        return _holder(await self.aio.run(ops.get(self.keys.queue(queue).unique(key))))
 
     def scheduled_due_ms(self, queue: str, message_id: str) -> int | None:
         lanes = self.keys.queue(queue).lanes

@@ -30,7 +30,9 @@ key                                     type      holds
                                                   messages (core/events.py); MAXLEN ~
                                                   events_maxlen; the same for every lane
 ``bq:{ns:queue}:hl``                    string    lease of the queue's one task history writer
-                                                  (blitzq_django.history): its token; PX 15 s
+                                                  (blitzq_django.history): its token; PX 15 s;
+                                                  taken, renewed and released by
+                                                  lease_hold.lua / lease_release.lua
 ``bq:{ns:queue}:hh``                    hash      the history's health: events trimmed before
                                                   the writer read them (events_read.lua),
                                                   events it could not write; counts and last
@@ -59,6 +61,7 @@ key                                     type      holds
 ``bq:{ns:queue}:mxs``                   hash      metrics: message id -> enqueued ms, until
                                                   its first start (queue latency)
 ``bq:{ns:queue}:ml``                    string    lease of the one metrics folder at a time; PX
+                                                  30 s; the same scripts as ``hl``
 ``bq:{ns:queue}:run:<worker>``          hash      running index of one worker: message id ->
                                                   its attempt (task, attempt, started ms,
                                                   created ms), for attempts running past
@@ -215,6 +218,14 @@ class QueueKeys:
     def metrics_lease(self) -> str:
         """Held by the one metrics folder of this queue at a time."""
         return f"{self.tag}:ml"
+
+    def lease(self, purpose: str) -> str:
+        """The lease of ``purpose`` (capabilities.LEASE_PURPOSES): "history" or "metrics"."""
+        if purpose == "history":
+            return self.history_lease
+        if purpose == "metrics":
+            return self.metrics_lease
+        raise ValueError(f"no lease for {purpose!r}")
 
     def running(self, worker: str) -> str:
         """Running index of one worker in this queue (engine/running.py): message id ->

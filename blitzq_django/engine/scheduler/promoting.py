@@ -41,17 +41,13 @@ async def wait_first(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -
 
 
 async def listen_wakeups(broker: Any, queues: Sequence[str], wake: asyncio.Event) -> None:
-    """Set ``wake`` at each publish on the wake channels of ``queues`` (Redis only),
-    until cancelled; a lost connection is retried (polling covers the gap)."""
-    if not (hasattr(type(broker), "aio") and hasattr(broker, "keys")):
-        return  # the memory broker: polling only
-    from .store import RedisPeriodicStore
-
-    store = RedisPeriodicStore(broker)
-    channels = [broker.keys.queue(q).wake_channel for q in queues]
+    """Set ``wake`` at each publish on the wake channels of ``queues`` (the memory
+    broker's store never does: it polls), until cancelled; a lost connection is retried
+    (polling covers the gap)."""
+    store = broker.periodic
     while True:
         try:
-            await store.listen(channels, lambda _channel, _data: wake.set())
+            await store.listen_wakeups(queues, wake.set)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - polling goes on; listen again later

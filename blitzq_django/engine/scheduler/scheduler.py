@@ -283,10 +283,10 @@ class Scheduler:
             record = Record(id=message_id, task=spec.name, queue=queue, state=states.QUEUED,
                             created_ms=now).to_bytes()
         event = b""
-        if getattr(self.broker, "events_maxlen", 0):
+        if self.broker.events_maxlen:
             fields: list[Any] = [events.ENQUEUED, message_id, spec.name, now, None, None, None,
                                  None]
-            if getattr(self.broker, "event_details", False):
+            if self.broker.event_details:
                 fields.append(events.message_detail(payload))
             event = events.packer().pack(fields)
         return occurrence_ms, message_id, payload, record, event
@@ -409,7 +409,7 @@ class Scheduler:
         self._wake.clear()
 
     async def _listen_changes(self) -> None:
-        def changed(_channel: str, _data: bytes) -> None:
+        def changed() -> None:
             self._reload = True
             self._wake.set()
 
@@ -418,10 +418,9 @@ class Scheduler:
             self._reload = True  # what changed before this subscription is read too
             self._wake.set()
 
-        channel = getattr(getattr(self.broker, "keys", None), "schedules_channel", "schedules")
         while not self._stop.is_set():
             try:
-                await self.store.listen([channel], changed, listening)
+                await self.store.listen_changes(changed, listening)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the version poll covers the gap
