@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine import Record
-from .engine.brokers.redis import RedisBroker
+from .engine.brokers.redis import RedisBroker, ops
 from .engine.core.message import pack, unpack
-from .engine.redis import ops
 
 _VERSION = 1
 

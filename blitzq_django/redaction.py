@@ -12,9 +12,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from . import conf
+from .engine.client.dead_letters import shown
 from .engine.core.deadletter import DeadLetter
 from .engine.core.redact import DEFAULT_REDACT, positional_names, redact, redact_value
-from .engine.dead_letters import shown
 
 
 def names() -> tuple[str, ...]:

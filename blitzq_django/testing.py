@@ -38,7 +38,7 @@ from typing import Any
 from . import conf
 from .engine import MemoryBroker, Record, TaskHandle, Worker
 from .engine.brokers.base import Enqueue
-from .engine.context import TaskContext, _current
+from .engine.client.context import TaskContext, _current
 from .engine.core import deadletter as reasons
 from .engine.core import record as states
 from .engine.core.deadletter import DeadLetter

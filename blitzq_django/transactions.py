@@ -115,7 +115,7 @@ class TransactionalEnqueue:
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
         if self.db.durable:
-            from .engine.client import _calls
+            from .engine.client.client import _calls
             from .outbox import write
 
             return write(self, _calls(calls))  # type: ignore[arg-type]
@@ -179,7 +179,7 @@ def held_id(broker: Any, queue: str, key: str) -> str | None:
     try:
         keys = getattr(broker, "keys", None)
         if keys is not None and hasattr(broker, "sync"):  # RedisBroker
-            from .engine.redis import ops
+            from .engine.brokers.redis import ops
 
             value = broker.sync.run(ops.get(keys.queue(queue).unique(key)))
             if isinstance(value, bytes):

@@ -13,7 +13,7 @@ from .client import (
     TaskFailed,
     TaskHandle,
 )
-from .context import TaskContext, current_task
+from .client.context import TaskContext, current_task
 from .core.deadletter import DeadLetter
 from .core.message import Message
 from .core.record import Record

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .brokers.memory import MemoryBroker
+from .brokers.redis.store import redact
 from .client import Client
-from .redis.store import redact
 from .worker import supervision
 from .worker.config import WorkerConfig
 

@@ -23,8 +23,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .brokers.redis.ops import Op
 from .core import events as ev
-from .redis.ops import Op
 
 if TYPE_CHECKING:
     from .client import Client

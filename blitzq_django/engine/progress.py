@@ -29,8 +29,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .brokers.redis.ops import Op
 from .errors import ConfigurationError
-from .redis.ops import Op
 
 if TYPE_CHECKING:
     from .client import Client

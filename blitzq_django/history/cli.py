@@ -10,8 +10,8 @@ import argparse
 import datetime as dt
 from typing import Any
 
-from ..engine import ops_cli
-from ..engine.ops_cli import EXIT_NOT_FOUND, EXIT_USAGE, Failure, Ops
+from ..engine.cli import ops as ops_cli
+from ..engine.cli.ops import EXIT_NOT_FOUND, EXIT_USAGE, Failure, Ops
 
 #: Rows deleted per statement by prune-history (a long DELETE would hold its locks and
 #: bloat one transaction; batches let the writer go on between them).

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Client
+from ..engine.brokers.redis import ops
 from ..engine.core import events as ev
 from ..engine.errors import BrokerError
-from ..engine.redis import ops
 
 log = logging.getLogger("blitzq.history")
 

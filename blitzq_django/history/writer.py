@@ -51,12 +51,12 @@ from django.db import (
 from redis.exceptions import RedisError
 
 from ..engine import Client
+from ..engine.brokers.redis import ops
 from ..engine.core import events as ev
 from ..engine.core.record import Record
 from ..engine.core.redact import redact as redact_args
 from ..engine.core.redact import redact_value
 from ..engine.errors import BrokerError
-from ..engine.redis import ops
 from . import health, merge
 from .merge import Row
 

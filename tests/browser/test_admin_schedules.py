@@ -23,7 +23,7 @@ from django.contrib.auth.models import Permission, User
 from blitzq_django import conf, periodic_db
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
-from blitzq_django.engine.context import current_task
+from blitzq_django.engine.client.context import current_task
 from blitzq_django.engine.scheduler import infos
 from blitzq_django.models import PeriodicSchedule
 from testproject.shop import tasks

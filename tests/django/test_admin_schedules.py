@@ -20,7 +20,7 @@ from django.test import Client as DjangoClient
 from blitzq_django import periodic_db
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
-from blitzq_django.engine.context import current_task
+from blitzq_django.engine.client.context import current_task
 from blitzq_django.engine.core.schedules import Cron, Every
 from blitzq_django.engine.scheduler import infos
 from blitzq_django.models import PeriodicSchedule

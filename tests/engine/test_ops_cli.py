@@ -25,8 +25,10 @@ from typing import Any
 
 import pytest
 
-from blitzq_django.engine import CallOptions, Client, RedisBroker, cli, ops_cli
+from blitzq_django.engine import CallOptions, Client, RedisBroker
 from blitzq_django.engine.brokers.base import Enqueue
+from blitzq_django.engine.cli import main as cli
+from blitzq_django.engine.cli import ops as ops_cli
 
 from ..support.redis_server import free_port
 from ..support.waiting import wait_until

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from blitzq_django.engine import Client, RedisBroker
-from blitzq_django.engine.redis.ops import Op
+from blitzq_django.engine.brokers.redis.ops import Op
 
 
 def _address(broker: RedisBroker) -> str:

@@ -9,12 +9,12 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..client.schedules import ScheduleInfo, ScheduleRegistry, ScheduleSource
 from ..core import schedules as rules
 from ..core.message import unpack
 from ..core.record import Record
 from ..core.schedules import Schedule
 from ..errors import ConfigurationError
-from .registry import ScheduleInfo, ScheduleRegistry, ScheduleSource
 from .scheduler import Dispatch, Scheduler
 from .store import store_of
 

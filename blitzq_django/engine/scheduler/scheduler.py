@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..client.schedules import ScheduleSource
 from ..core import events
 from ..core import record as states
 from ..core.message import encode_fields, pack
@@ -39,7 +40,6 @@ from ..core.schedules import Schedule, first_baseline, plan
 from ..core.validate import POLICY_OPTIONS, expiry_ms, priority_lane
 from ..errors import BlitzqError, BrokerError, BrokerUnavailable
 from .promoting import promote_forever
-from .registry import ScheduleSource
 from .store import store_of
 
 if TYPE_CHECKING:

@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..brokers.base import Enqueue
+from ..brokers.redis import periodic_ops
+from ..brokers.redis.periodic_ops import Occurrence
+from ..brokers.redis.store import mapped_errors
 from ..core import events
-from ..redis import periodic_ops
-from ..redis.periodic_ops import Occurrence
-from ..redis.store import mapped_errors
 
 log = logging.getLogger("blitzq.scheduler")
 

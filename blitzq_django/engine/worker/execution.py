@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..context import TaskContext, _current
+from ..client.context import TaskContext, _current
 from ..errors import TimeLimitExceeded
 from ..progress import ProgressReporter
 from . import outcome, tasklog

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ..context import TaskContext
+    from ..client.context import TaskContext
     from .inflight import Held
 
 log = logging.getLogger("blitzq.worker")

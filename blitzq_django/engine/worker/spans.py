@@ -25,7 +25,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..brokers.base import RUNNING as RUNNING_KIND
-from ..context import CORRELATION_HEADER, _current
+from ..client.context import CORRELATION_HEADER, _current
 from ..tracing import SYSTEM, extract
 from .inflight import RUNNING
 

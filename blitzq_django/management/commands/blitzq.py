@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import conf, queues
-from ...engine import ops_cli
+from ...engine.cli import ops as ops_cli
 from ...history import cli as history_cli
 
 

@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import conf, periodic, reloading, schema
-from ...engine import cli
+from ...engine.cli import main as cli
 from ...engine.errors import BlitzqError
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging

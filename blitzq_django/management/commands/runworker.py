@@ -18,7 +18,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ... import conf, periodic, queues, reloading, schema
 from ...companions import Running
 from ...db_connections import close_old_connections_if_opened
-from ...engine import Worker, cli
+from ...engine import Worker
+from ...engine.cli import main as cli
 from ...engine.errors import BlitzqError
 from ...engine.worker import supervision
 from ...signals import worker_listeners

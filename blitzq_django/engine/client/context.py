@@ -33,7 +33,7 @@ class TaskContext:
         an optional note. Never blocks: the worker writes the latest report of each
         message at most 10 times a second (the last one always), and pushes it to the
         message's followers. Works from ``def`` and ``async def`` tasks alike."""
-        from .progress import USER_HEADER, make
+        from ..progress import USER_HEADER, make
 
         report = make(done, total, note, self.headers.get(USER_HEADER))
         if self._progress is not None:

@@ -19,24 +19,12 @@ from typing import Any
 
 import redis.asyncio
 
-from ..core import limits
-from ..core.events import OF_STATE, STARTED, Event, failure_detail
-from ..core.events import packer as event_packer
-from ..core.record import FINAL_STATES, Record
-from ..errors import BrokerError, BrokerUnavailable
-from ..redis import ops
-from ..redis.keys import Keyspace, QueueKeys
-from ..redis.ops import Op
-from ..redis.store import (
-    AsyncStore,
-    SyncStore,
-    client_options,
-    dedicated_pool,
-    mapped_errors,
-    redact,
-    run_until,
-)
-from .base import (
+from ...core import limits
+from ...core.events import OF_STATE, STARTED, Event, failure_detail
+from ...core.events import packer as event_packer
+from ...core.record import FINAL_STATES, Record
+from ...errors import BrokerError, BrokerUnavailable
+from ..base import (
     FAST,
     RELIABLE,
     RUNNING,
@@ -46,6 +34,18 @@ from .base import (
     Settlement,
     check_modes,
     ready_holds,
+)
+from . import ops
+from .keys import Keyspace, QueueKeys
+from .ops import Op
+from .store import (
+    AsyncStore,
+    SyncStore,
+    client_options,
+    dedicated_pool,
+    mapped_errors,
+    redact,
+    run_until,
 )
 
 log = logging.getLogger("blitzq.broker")

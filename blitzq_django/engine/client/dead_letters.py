@@ -15,12 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.deadletter import DeadLetter
+from ..core.message import decode, encode
+from ..core.redact import DEFAULT_REDACT, positional_names, redact
+from ..core.task import TaskRegistry
 from .client import Client
 from .client import new_id as new_message_id
-from .core.deadletter import DeadLetter
-from .core.message import decode, encode
-from .core.redact import DEFAULT_REDACT, positional_names, redact
-from .core.task import TaskRegistry
 
 BATCH = 200  # dead letters per round trip in bulk operations
 

@@ -27,18 +27,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .cli import number
-from .client import Client
-from .core.deadletter import DeadLetter
-from .core.names import check_name
-from .core.redact import DEFAULT_REDACT
-from .core.registry import unserved, workers_per_queue
-from .core.validate import RULES, task_id_ok
-from .dead_letters import BATCH, DeadLetters
-from .errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
+from ..client import Client
+from ..client.dead_letters import BATCH, DeadLetters
+from ..core.deadletter import DeadLetter
+from ..core.names import check_name
+from ..core.redact import DEFAULT_REDACT
+from ..core.registry import unserved, workers_per_queue
+from ..core.validate import RULES, task_id_ok
+from ..errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
+from .args import number
 
 if TYPE_CHECKING:
-    from .core.events import Event
+    from ..core.events import Event
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1  # not found, nothing matched, nothing done

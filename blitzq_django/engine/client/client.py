@@ -12,19 +12,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from .brokers.base import Broker, Enqueue, ScheduledCancel
-from .context import inherited_headers
-from .core import limits
-from .core import record as states
-from .core.events import Event
-from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields, pack
-from .core.names import check_name
-from .core.rates import Rate, RateLimits, rate_limits_map
-from .core.record import DEFAULT_MAX_RESULT_SIZE, Record
-from .core.registry import Cancellation, Purged, QueueStats, WorkerInfo
-from .core.suggest import did_you_mean
-from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
-from .core.validate import (
+from ..brokers.base import Broker, Enqueue, ScheduledCancel
+from ..core import limits
+from ..core import record as states
+from ..core.events import Event
+from ..core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields, pack
+from ..core.names import check_name
+from ..core.rates import Rate, RateLimits, rate_limits_map
+from ..core.record import DEFAULT_MAX_RESULT_SIZE, Record
+from ..core.registry import Cancellation, Purged, QueueStats, WorkerInfo
+from ..core.suggest import did_you_mean
+from ..core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
+from ..core.validate import (
     POLICY_OPTIONS,
     check,
     check_eta,
@@ -33,16 +32,17 @@ from .core.validate import (
     expiry_ms,
     priority_lane,
 )
-from .errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTimeout
-from .scheduler.registry import ScheduleRegistry
+from ..errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTimeout
+from .context import inherited_headers
+from .schedules import ScheduleRegistry
 
 if TYPE_CHECKING:
-    from .core.running import Running
+    from ..core.running import Running
+    from ..progress import Progress
+    from ..tracing import Tracing
     from .dead_letters import DeadLetters
     from .inspection import Absence
-    from .progress import Progress
-    from .scheduler.registry import ScheduleInfo
-    from .tracing import Tracing
+    from .schedules import ScheduleInfo
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -124,7 +124,7 @@ class Client:
     def periodic(self, schedule: Any = None, **options: Any) -> Any:
         """Decorator: a task that also runs on a schedule (docs/scheduling.md), e.g.
         ``@client.periodic("0 3 * * *", tz="Europe/Berlin")`` or ``(every=60)``."""
-        from .scheduler import periodic_decorator
+        from ..scheduler import periodic_decorator
 
         return periodic_decorator(self, schedule, **options)
 
@@ -132,7 +132,7 @@ class Client:
         """Each schedule of the registry and of ``schedule_sources``: its last run, next
         run, last message and its outcome (engine/scheduler ScheduleInfo). A few Redis
         reads, and one load of each source."""
-        from .scheduler import infos
+        from ..scheduler import infos
 
         loaded = []
         for source in self.schedule_sources:
@@ -144,7 +144,7 @@ class Client:
 
     def notify_schedules_changed(self) -> int:
         """Make every running scheduler read its schedule sources again (within 2 s)."""
-        from .scheduler import notify_changed
+        from ..scheduler import notify_changed
 
         return notify_changed(self)
 
@@ -460,13 +460,13 @@ class Client:
     def progress(self, message_id: str, *, queue: str | None = None) -> Progress | None:
         """The latest progress a task reported (``current_task().progress()``), or None:
         one Redis call (docs/progress.md)."""
-        from . import progress
+        from .. import progress
 
         return progress.read(self, message_id, queue)
 
     async def aprogress(self, message_id: str, *, queue: str | None = None
                         ) -> Progress | None:
-        from . import progress
+        from .. import progress
 
         return await progress.aread(self, message_id, queue)
 

@@ -23,16 +23,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .core import record as states
-from .core.deadletter import DeadLetter
-from .core.message import decode
-from .core.record import FINAL_STATES, Record
-from .core.running import INDEX_DELAY_S, Running, parse
-from .errors import MessageDecodeError
+from ..core import record as states
+from ..core.deadletter import DeadLetter
+from ..core.message import decode
+from ..core.record import FINAL_STATES, Record
+from ..core.running import INDEX_DELAY_S, Running, parse
+from ..errors import MessageDecodeError
 
 if TYPE_CHECKING:
+    from ..core.registry import WorkerInfo
     from .client import Client
-    from .core.registry import WorkerInfo
 
 #: explain_missing() looks at most this many messages of each lane of a queue.
 QUEUE_LOOK_LIMIT = 1000
