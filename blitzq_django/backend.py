@@ -115,12 +115,12 @@ from .backend_calls import Call
 from .decorators import declared_queues
 from .engine import CallOptions, Record, TaskRegistry, TaskSpec, current_task
 from .engine.brokers.base import Enqueue
-from .engine.client import TaskCancelled, TaskExpired, TaskFailed, now_ms
 from .engine.core import record as states
+from .engine.core.ids import now_ms
 from .engine.core.message import peek_created_ms
 from .engine.core.names import name_ok
 from .engine.core.validate import task_id_ok
-from .engine.errors import BlitzqError
+from .engine.errors import BlitzqError, TaskCancelled, TaskExpired, TaskFailed
 from .engine.worker.listeners import Settled, Started
 
 log = logging.getLogger("blitzq")

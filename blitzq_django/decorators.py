@@ -27,7 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from . import conf
 from .engine import CallOptions, Task, TaskHandle, TaskSpec
-from .engine.client.client import _calls
+from .engine.client.task import _calls
 from .engine.core.suggest import did_you_mean
 from .engine.core.task import DEFAULT_QUEUE
 from .engine.errors import ConfigurationError

@@ -36,15 +36,15 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from . import conf
-from .engine.core.schedules import Schedule
-from .engine.errors import BlitzqError, ConfigurationError
-from .engine.scheduler import (
+from .engine.client.schedules import (
     SCHEDULE_OPTIONS,
-    Scheduler,
     ScheduleRegistry,
     ScheduleSource,
     schedule_of,
 )
+from .engine.core.schedules import Schedule
+from .engine.errors import BlitzqError, ConfigurationError
+from .engine.scheduler import Scheduler
 
 log = logging.getLogger("blitzq.scheduler")
 

@@ -115,7 +115,7 @@ class TransactionalEnqueue:
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle]:
         if self.db.durable:
-            from .engine.client.client import _calls
+            from .engine.client.task import _calls
             from .outbox import write
 
             return write(self, _calls(calls))  # type: ignore[arg-type]

@@ -4,15 +4,7 @@ Public names are re-exported here; everything else is internal.
 """
 
 from .brokers import Broker, MemoryBroker, RedisBroker
-from .client import (
-    CallOptions,
-    Client,
-    Task,
-    TaskCancelled,
-    TaskExpired,
-    TaskFailed,
-    TaskHandle,
-)
+from .client import CallOptions, Client, Task, TaskHandle
 from .client.context import TaskContext, current_task
 from .core.deadletter import DeadLetter
 from .core.message import Message
@@ -33,6 +25,9 @@ from .errors import (
     ResultTimeout,
     ResultTooLarge,
     Retry,
+    TaskCancelled,
+    TaskExpired,
+    TaskFailed,
     TaskNotRegistered,
     TimeLimitExceeded,
 )

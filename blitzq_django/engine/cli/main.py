@@ -22,6 +22,7 @@ from ..client import Client
 from ..core import limits
 from ..core.names import name_problem
 from ..errors import BlitzqError, BrokerError, ConfigurationError
+from ..scheduler import Scheduler
 from ..supervisor import EXIT_RECYCLE, Supervisor
 from ..worker import Worker, WorkerConfig, supervision
 from . import ops as ops_cli
@@ -310,8 +311,6 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_scheduler(client: Client, options: dict[str, Any], **kwargs: Any) -> int:
     """Run one scheduler until SIGTERM/SIGINT; 2 if a schedule names an unknown task."""
-    from ..scheduler import Scheduler
-
     unknown = [f"schedule {s.name!r}: task {s.task!r} is not registered"
                for s in client.schedule_registry if client.registry.find(s.task) is None]
     if unknown:

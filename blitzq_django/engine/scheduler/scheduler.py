@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..client.schedules import ScheduleSource
 from ..core import events
 from ..core import record as states
 from ..core.message import encode_fields, pack
@@ -44,6 +43,7 @@ from .store import store_of
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..client.schedules import ScheduleSource
 
 log = logging.getLogger("blitzq.scheduler")
 
