@@ -624,7 +624,7 @@ def progress(ops: Ops, total: int, what: str) -> Iterator[Callable[[int], object
     if ops.console.progress is None:
         yield lambda n: None
         return
-    from tqdm import tqdm  # only on a terminal: scripts never pay for the import
+    from tqdm import tqdm  # lazy: cost (only on a terminal: scripts never pay for it)
 
     with tqdm(total=total, desc=what, unit="msg", file=ops.console.progress,
               leave=False) as bar:
