@@ -1,6 +1,6 @@
 """``manage.py blitzq history`` and ``manage.py blitzq prune-history``.
 
-They plug into the ops command line (engine/ops_cli.py): same ``--json``, same exit
+They plug into the ops command line (engine/cli/ops.py): same ``--json``, same exit
 codes (0 done, 1 nothing matched, 2 bad input), same progress bars (terminals only).
 """
 

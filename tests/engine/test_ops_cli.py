@@ -1,4 +1,4 @@
-"""The ops command line (engine/ops_cli.py) through ``python -m blitzq_django.engine``'s
+"""The ops command line (engine/cli/ops.py) through ``python -m blitzq_django.engine``'s
 main(), on a real Redis: every command's --json document, its text, its exit codes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A lone command goes out on a connection its thread keeps (redis/store.py SyncStore):
+"""A lone command goes out on a connection its thread keeps (brokers/redis/store.py SyncStore):
 one per thread, given back to the pool when the thread ends, and never shared with a
 forked child."""
 

@@ -116,7 +116,7 @@ class Client:
 
     def schedules(self) -> list[ScheduleInfo]:
         """Each schedule of the registry and of ``schedule_sources``: its last run, next
-        run, last message and its outcome (engine/scheduler ScheduleInfo). A few Redis
+        run, last message and its outcome (ScheduleInfo, client/schedules.py). A few Redis
         reads, and one load of each source."""
         loaded = []
         for source in self.schedule_sources:

@@ -2,7 +2,7 @@
 
 stats, workers, schedules, inspect, cancel, purge, forget-queue, dead-letters, events: the same
 commands, flags, output and exit codes as ``python -m blitzq_django.engine <command> APP`` (one
-implementation, engine/ops_cli.py; docs/cli.md), with ``conf.get_client()`` as the client.
+implementation, engine/cli/ops.py; docs/cli.md), with ``conf.get_client()`` as the client.
 """
 
 from __future__ import annotations
