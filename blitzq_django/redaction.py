@@ -11,9 +11,9 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .engine.client.dead_letters import shown
 from .engine.core.deadletter import DeadLetter
 from .engine.core.redact import DEFAULT_REDACT, positional_names, redact, redact_value
-from .engine.dead_letters import shown
 from .registry import registry
 from .settings import redact_names, user_settings
 
@@ -54,5 +54,5 @@ def redact_result(value: Any) -> Any:
 
 
 def shown_dead_letter(letter: DeadLetter) -> dict[str, Any]:
-    """engine.dead_letters.shown() with the configured names and the process registry."""
+    """engine.client.dead_letters.shown() with the configured names and the process registry."""
     return shown(letter, names(), registry)

@@ -17,9 +17,9 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
 from .engine import TaskRegistry, TaskSpec
+from .engine.client.schedules import ScheduleRegistry, schedule_of
 from .engine.core.schedules import Schedule
 from .engine.errors import ConfigurationError
-from .engine.scheduler import ScheduleRegistry, schedule_of
 
 #: A resolver: a task name this process has not registered -> its spec, or None.
 Resolver = Callable[[str], "TaskSpec | None"]

@@ -32,12 +32,12 @@ from django.utils.safestring import mark_safe
 
 from .. import conf, periodic
 from ..engine import CallOptions
+from ..engine.client.schedules import ScheduleInfo
 from ..engine.core import schedules as rules
 from ..engine.core.ids import now_ms
 from ..engine.core.names import check_name
 from ..engine.core.schedules import Schedule
 from ..engine.errors import BlitzqError
-from ..engine.scheduler import ScheduleInfo, infos
 from ..models import PeriodicSchedule
 from ..periodic import database as periodic_db
 from ..web.common import ENGINE_ERRORS, age, client, safely
@@ -304,7 +304,7 @@ def _infos(request: HttpRequest, schedules: list[Schedule]) -> dict[str, Schedul
     """The schedules' last runs from Redis; None (and an error message) when it cannot
     be read."""
     found = safely(request, "The last runs could not be read from Redis",
-                   lambda: infos(client(), schedules), None)
+                   lambda: client().schedule_infos(schedules), None)
     return None if found is None else {i.name: i for i in found}
 
 

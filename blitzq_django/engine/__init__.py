@@ -4,16 +4,8 @@ Public names are re-exported here; everything else is internal.
 """
 
 from .brokers import Broker, MemoryBroker, RedisBroker
-from .client import (
-    CallOptions,
-    Client,
-    Task,
-    TaskCancelled,
-    TaskExpired,
-    TaskFailed,
-    TaskHandle,
-)
-from .context import TaskContext, current_task
+from .client import CallOptions, Client, Task, TaskHandle
+from .client.context import TaskContext, current_task
 from .core.deadletter import DeadLetter
 from .core.message import Message
 from .core.record import Record
@@ -33,6 +25,9 @@ from .errors import (
     ResultTimeout,
     ResultTooLarge,
     Retry,
+    TaskCancelled,
+    TaskExpired,
+    TaskFailed,
     TaskNotRegistered,
     TimeLimitExceeded,
 )

@@ -14,8 +14,12 @@
     ├── ResultTooLarge            (also a ValueError) a task result over max_result_size
     ├── TaskNotRegistered         a task name with no registered function
     ├── ResultTimeout             (also a TimeoutError) get_result gave up waiting
-    └── TimeLimitExceeded         (also a TimeoutError) raised inside a `def` task's thread
-                                  at its timeout (the task may catch it to clean up)
+    ├── TimeLimitExceeded         (also a TimeoutError) raised inside a `def` task's thread
+    │                             at its timeout (the task may catch it to clean up)
+    └── TaskFailed                the task ended without a result (``handle.result()``):
+        │                         failed or dead-lettered; ``.record`` holds the error
+        ├── TaskCancelled         it was cancelled, before it ran or while running
+        └── TaskExpired           it did not start before its ``expires`` time
 
 Control flow, raised by task code rather than by the engine:
 
@@ -25,6 +29,10 @@ Control flow, raised by task code rather than by the engine:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .core.record import Record
 
 #: The longest delay, timeout or backoff anything may ask for (ten years): past it a due
 #: time stops being a plan and starts overflowing where Redis and msgpack keep it.
@@ -91,6 +99,32 @@ class TimeLimitExceeded(BlitzqError, TimeoutError):
     def __init__(self, *args: object) -> None:
         # Raised in a thread, it is made without arguments.
         super().__init__(*(args or ("task exceeded its time limit",)))
+
+
+class TaskFailed(BlitzqError):
+    """The task ended without a result: failed, dead-lettered, cancelled (TaskCancelled) or
+    expired (TaskExpired)."""
+
+    def __init__(self, record: Record) -> None:
+        super().__init__(f"task {record.task} {record.id} {record.state}: "
+                         f"{record.error_type}: {record.error_message}")
+        self.record = record
+
+
+class TaskCancelled(TaskFailed):
+    """The task was cancelled (``cancel()``): before it ran, or interrupted running."""
+
+    def __init__(self, record: Record) -> None:
+        super().__init__(record)
+        self.args = (f"task {record.task} {record.id} was cancelled",)
+
+
+class TaskExpired(TaskFailed):
+    """The task did not start before its ``expires`` time: it was dropped without running."""
+
+    def __init__(self, record: Record) -> None:
+        super().__init__(record)
+        self.args = (f"task {record.task} {record.id} expired before it started",)
 
 
 class Retry(Exception):  # noqa: N818 - reads as "raise Retry(...)"

@@ -17,7 +17,7 @@ JSON_FIELDS = "%(levelname)s %(name)s %(process)d %(message)s"
 def json_formatter() -> logging.Formatter:
     """``time``, ``level``, ``logger``, ``process``, ``message``, ``exc_info`` (the
     traceback) and the record's extra fields."""
-    from pythonjsonlogger.json import JsonFormatter
+    from pythonjsonlogger.json import JsonFormatter  # lazy: cost (optional, JSON logs only)
 
     return JsonFormatter(JSON_FIELDS, rename_fields={"levelname": "level", "name": "logger"},
                          timestamp="time")

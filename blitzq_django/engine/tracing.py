@@ -51,7 +51,7 @@ TRACEPARENT = "traceparent"
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
+        from importlib.metadata import version  # lazy: cost (read once, when tracing is on)
 
         return version("blitzq-django")
     except Exception:  # noqa: BLE001 - not installed as a distribution

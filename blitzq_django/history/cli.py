@@ -1,6 +1,6 @@
 """``manage.py blitzq history`` and ``manage.py blitzq prune-history``.
 
-They plug into the ops command line (engine/ops_cli.py): same ``--json``, same exit
+They plug into the ops command line (engine/cli/ops.py): same ``--json``, same exit
 codes (0 done, 1 nothing matched, 2 bad input), same progress bars (terminals only).
 """
 
@@ -10,8 +10,8 @@ import argparse
 import datetime as dt
 from typing import Any
 
-from ..engine import ops_cli
-from ..engine.ops_cli import EXIT_NOT_FOUND, EXIT_USAGE, Failure, Ops
+from ..engine.cli import ops as ops_cli
+from ..engine.cli.ops import EXIT_NOT_FOUND, EXIT_USAGE, Failure, Ops
 
 #: Rows deleted per statement by prune-history (a long DELETE would hold its locks and
 #: bloat one transaction; batches let the writer go on between them).

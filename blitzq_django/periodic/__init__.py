@@ -39,9 +39,10 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from ..engine import Client
+from ..engine.client.schedules import SCHEDULE_OPTIONS, ScheduleRegistry, ScheduleSource
 from ..engine.core.schedules import Schedule
 from ..engine.errors import BlitzqError, ConfigurationError
-from ..engine.scheduler import SCHEDULE_OPTIONS, Scheduler, ScheduleRegistry, ScheduleSource
+from ..engine.scheduler import Scheduler
 from ..registry import build_schedule as build
 from ..registry import code_schedules, default_tz, registry
 from ..registry import declare_schedule as declare

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 from django.core.exceptions import ImproperlyConfigured
 
 from ..engine import CallOptions, Task, TaskHandle, TaskSpec
-from ..engine.client import _calls
+from ..engine.client.task import _calls
 from ..engine.core.suggest import did_you_mean
 from ..engine.core.task import DEFAULT_QUEUE
 from ..engine.errors import ConfigurationError

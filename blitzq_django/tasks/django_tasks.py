@@ -114,12 +114,12 @@ except ImportError:
 from ..db_connections import close_old_connections_if_opened
 from ..engine import CallOptions, Record, TaskRegistry, TaskSpec, current_task
 from ..engine.brokers.base import Enqueue
-from ..engine.client import TaskCancelled, TaskExpired, TaskFailed, now_ms
 from ..engine.core import record as states
+from ..engine.core.ids import now_ms
 from ..engine.core.message import peek_created_ms
 from ..engine.core.names import name_ok
 from ..engine.core.validate import task_id_ok
-from ..engine.errors import BlitzqError
+from ..engine.errors import BlitzqError, TaskCancelled, TaskExpired, TaskFailed
 from ..engine.worker.listeners import Listener, Settled, Started
 from ..registry import declared_queues, registry
 from ..runtime import get_client

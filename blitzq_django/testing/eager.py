@@ -14,7 +14,7 @@ from typing import Any
 
 from ..engine import Record, TaskFailed
 from ..engine.brokers.base import Delivery
-from ..engine.context import TaskContext, _current
+from ..engine.client.context import TaskContext, _current
 from ..engine.core.ids import now_ms
 from ..engine.core.message import Message, encode
 from ..engine.core.states import RecordState

@@ -33,7 +33,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from ..engine import TaskHandle
 from ..engine.brokers.base import Enqueue
-from ..engine.client import _calls
+from ..engine.client.task import _calls
 from ..engine.core.names import name_ok
 from ..engine.errors import ConfigurationError
 from ..signals import send_enqueued, task_enqueued

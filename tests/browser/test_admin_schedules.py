@@ -23,8 +23,7 @@ from django.contrib.auth.models import Permission, User
 from blitzq_django import conf, periodic_db
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
-from blitzq_django.engine.context import current_task
-from blitzq_django.engine.scheduler import infos
+from blitzq_django.engine.client.context import current_task
 from blitzq_django.models import PeriodicSchedule
 from testproject.shop import tasks
 from tests.django.conftest import running_worker
@@ -137,12 +136,12 @@ def test_create_a_schedule_see_it_run_pause_it_and_see_it_stop(page: Page,
 
         # See the runs stop: another schedule runs three times, this one not once more.
         schedule = periodic_db.to_schedule(PeriodicSchedule.objects.get(name="ping-every-second"))
-        (before,) = infos(blitzq, [schedule])
+        (before,) = blitzq.schedule_infos([schedule])
         PeriodicSchedule.objects.create(name="witness", task="shop.heartbeat", every=0.3,
                                         args=["witness"])
         wait_until(lambda: len(beats("witness")) >= 3, timeout=20,
                    message="three runs of another schedule")
-        (after,) = infos(blitzq, [schedule])
+        (after,) = blitzq.schedule_infos([schedule])
         assert after.last_run_ms == before.last_run_ms, "dispatched while paused"
         wait_until(lambda: before.last_message_id in beats("ping-every-second"), timeout=20,
                    message="the last occurrence dispatched before the pause run")

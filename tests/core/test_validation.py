@@ -26,7 +26,8 @@ from blitzq_django.engine import (
     RedisBroker,
     TaskSpec,
 )
-from blitzq_django.engine.cli import parse_queues
+from blitzq_django.engine.brokers.redis.keys import Keyspace
+from blitzq_django.engine.cli.main import parse_queues
 from blitzq_django.engine.core.message import (
     MAX_DECODED_ITEMS,
     MAX_DEPTH,
@@ -39,7 +40,6 @@ from blitzq_django.engine.core.names import check_name
 from blitzq_django.engine.core.record import DEFAULT_MAX_RESULT_SIZE
 from blitzq_django.engine.core.retry import RetryPolicy
 from blitzq_django.engine.core.validate import MAX_ATTEMPT, MAX_RETRIES, MAX_TIMESTAMP_MS
-from blitzq_django.engine.redis.keys import Keyspace
 
 GOOD = [1, "id", "task", "queue", [], {}, 1, 0, None, None, None, {}, None]
 

@@ -20,9 +20,8 @@ from django.test import Client as DjangoClient
 from blitzq_django import periodic_db
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
-from blitzq_django.engine.context import current_task
+from blitzq_django.engine.client.context import current_task
 from blitzq_django.engine.core.schedules import Cron, Every
-from blitzq_django.engine.scheduler import infos
 from blitzq_django.models import PeriodicSchedule
 from testproject.shop import tasks
 from tests.support.published import Published
@@ -348,11 +347,11 @@ def test_a_new_row_reaches_every_running_scheduler_within_2s_and_runs_once_per_o
         wait_until(lambda: all(not s.schedules["fast"].enabled for s in schedulers),
                    timeout=2, message="both schedulers seeing the pause")
         schedule = periodic_db.to_schedule(PeriodicSchedule.objects.get(name="fast"))
-        (paused,) = infos(blitzq_redis, [schedule])
+        (paused,) = blitzq_redis.schedule_infos([schedule])
         witness = row(name="witness", every=0.2)
         wait_until(lambda: len(runs_of("periodic:witness:")) >= 3, timeout=20,
                    message="three runs of another schedule")
-        (later,) = infos(blitzq_redis, [schedule])
+        (later,) = blitzq_redis.schedule_infos([schedule])
         assert later.last_run_ms == paused.last_run_ms, "dispatched while paused"
         wait_until(lambda: paused.last_message_id in runs_of("periodic:fast:"), timeout=20,
                    message="the last dispatched occurrence run")

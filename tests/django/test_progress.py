@@ -79,7 +79,7 @@ async def test_aprogress_and_none_for_a_task_that_reports_nothing(
 
 
 def test_progress_outside_a_worker_checks_its_arguments() -> None:
-    from blitzq_django.engine.context import TaskContext
+    from blitzq_django.engine.client.context import TaskContext
     from blitzq_django.engine.errors import ConfigurationError
 
     context = TaskContext(id="x", name="t", queue="default", attempt=1, max_attempts=1,

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from blitzq_django.engine import Client, ConfigurationError, cli
+from blitzq_django.engine import Client, ConfigurationError
+from blitzq_django.engine.cli import main as cli
 
 
 def parse(*argv: str) -> argparse.Namespace:

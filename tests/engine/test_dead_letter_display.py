@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from blitzq_django.engine import Client
+from blitzq_django.engine.client.dead_letters import shown
 from blitzq_django.engine.core.redact import MASK
-from blitzq_django.engine.dead_letters import shown
 
 from .helpers import run_burst
 

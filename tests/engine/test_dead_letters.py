@@ -22,8 +22,8 @@ from blitzq_django.engine import (
     current_task,
 )
 from blitzq_django.engine.brokers.base import DEAD, Settlement
+from blitzq_django.engine.client.dead_letters import _replayable
 from blitzq_django.engine.core import record as states
-from blitzq_django.engine.dead_letters import _replayable
 
 from .helpers import arun_burst, dead_letter_ids, pending_count, ready_message_ids, run_burst
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from blitzq_django.engine import RedisBroker
-from blitzq_django.engine.redis import ops
+from blitzq_django.engine.brokers.redis import ops
 
 from ..support.redis_server import RedisServer
 

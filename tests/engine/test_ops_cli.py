@@ -1,4 +1,4 @@
-"""The ops command line (engine/ops_cli.py) through ``python -m blitzq_django.engine``'s
+"""The ops command line (engine/cli/ops.py) through ``python -m blitzq_django.engine``'s
 main(), on a real Redis: every command's --json document, its text, its exit codes."""
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from typing import Any
 
 import pytest
 
-from blitzq_django.engine import CallOptions, Client, RedisBroker, cli, ops_cli
+from blitzq_django.engine import CallOptions, Client, RedisBroker
 from blitzq_django.engine.brokers.base import Enqueue
+from blitzq_django.engine.cli import main as cli
+from blitzq_django.engine.cli import ops as ops_cli
 
 from ..support.redis_server import free_port
 from ..support.waiting import wait_until

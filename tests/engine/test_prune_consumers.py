@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from blitzq_django.engine import Client, MemoryBroker, RedisBroker
-from blitzq_django.engine.redis.keys import GROUP
+from blitzq_django.engine.brokers.redis.keys import GROUP
 
 from ..support.waiting import await_until
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from blitzq_django.engine import Client, MemoryBroker, WorkerConfig
-from blitzq_django.engine.cli import parse_queue_concurrency, worker_config
+from blitzq_django.engine.cli.main import parse_queue_concurrency, worker_config
 from blitzq_django.engine.errors import ConfigurationError
 
 from ..support.waiting import await_until

@@ -346,7 +346,7 @@ async def test_max_tasks_recycles_the_worker_without_losing_messages(client: Cli
     ids=["password", "user-password", "ipv6", "password-in-query", "no-password"],
 )
 def test_redact(url: str, shown: str, hidden: str | None) -> None:
-    from blitzq_django.engine.redis.store import redact
+    from blitzq_django.engine.brokers.redis.store import redact
 
     redacted = redact(url)
     assert shown in redacted

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from blitzq_django.engine import BrokerUnavailable, Client, RedisBroker
+from blitzq_django.engine.brokers.redis.ops import Op
 from blitzq_django.engine.core.message import Message, decode
-from blitzq_django.engine.redis.ops import Op
 
 
 class CountingConnection(redis.Connection):

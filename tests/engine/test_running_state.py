@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from blitzq_django.engine import Client, MemoryBroker, RedisBroker
-from blitzq_django.engine import inspection as why
 from blitzq_django.engine.brokers.base import DONE, Settlement
+from blitzq_django.engine.client import inspection as why
 from blitzq_django.engine.core import record as states
 from blitzq_django.engine.core.message import decode
 from blitzq_django.engine.core.record import Record

@@ -16,10 +16,11 @@ import pytest
 import redis
 
 from blitzq_django.engine import CallOptions, Client, MemoryBroker, RedisBroker
+from blitzq_django.engine.client.schedules import ScheduleRegistry
 from blitzq_django.engine.core.message import decode
 from blitzq_django.engine.core.schedules import Schedule, build, occurrence_id
 from blitzq_django.engine.errors import ConfigurationError
-from blitzq_django.engine.scheduler import Scheduler, ScheduleRegistry
+from blitzq_django.engine.scheduler import Scheduler
 
 from ..support.waiting import await_until
 from .helpers import arun_burst

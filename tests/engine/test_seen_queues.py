@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from blitzq_django.engine import CallOptions, Client, MemoryBroker, RedisBroker, ops_cli
-from blitzq_django.engine.brokers import redis as redis_broker_module
+from blitzq_django.engine import CallOptions, Client, MemoryBroker, RedisBroker
+from blitzq_django.engine.brokers.redis import broker as redis_broker_module
+from blitzq_django.engine.cli import ops as ops_cli
 from blitzq_django.engine.core.schedules import build
 from blitzq_django.engine.errors import ConfigurationError, QueueBusy
 from blitzq_django.engine.scheduler import Scheduler

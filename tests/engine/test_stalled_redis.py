@@ -28,7 +28,7 @@ from blitzq_django.engine import (
     ResultTimeout,
     current_task,
 )
-from blitzq_django.engine.redis.store import SOCKET_TIMEOUT_S, client_options
+from blitzq_django.engine.brokers.redis.store import SOCKET_TIMEOUT_S, client_options
 
 from ..support.redis_server import RedisServer
 from ..support.waiting import await_until, wait_until

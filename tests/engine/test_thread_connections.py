@@ -1,4 +1,4 @@
-"""A lone command goes out on a connection its thread keeps (redis/store.py SyncStore):
+"""A lone command goes out on a connection its thread keeps (brokers/redis/store.py SyncStore):
 one per thread, given back to the pool when the thread ends, and never shared with a
 forked child."""
 
@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from blitzq_django.engine import Client, RedisBroker
-from blitzq_django.engine.redis.ops import Op
+from blitzq_django.engine.brokers.redis.ops import Op
 
 
 def _address(broker: RedisBroker) -> str:

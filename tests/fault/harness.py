@@ -17,9 +17,9 @@ from typing import Any
 import redis
 
 from blitzq_django.engine import Client, RedisBroker
+from blitzq_django.engine.brokers.redis.keys import GROUP
 from blitzq_django.engine.core.deadletter import DeadLetter
 from blitzq_django.engine.core.record import Record
-from blitzq_django.engine.redis.keys import GROUP
 
 from ..support.waiting import wait_until
 from . import app

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, Protocol
 from ..core.events import Event, peek
 from ..core.names import check_name
 from ..core.record import Record
+from ..core.states import SettleKind
 from ..errors import ConfigurationError
 from .capabilities import (
     AttachmentStore,
@@ -25,12 +26,16 @@ from .capabilities import (
     ServerFacts,
 )
 
-DONE = "done"  # acked, final record written
-RETRY = "retry"  # acked, next attempt on the schedule
-DEAD = "dead"  # acked, moved to dead letters
-REQUEUE = "requeue"  # acked, put back on the queue at once
-RUNNING = "running"  # not acked: the "running" record (track_state), its "started" event
-# and its running index entry (core/running.py), each when given
+# The settlement kinds of core/states.py's SettleKind, bound once as plain str (one per
+# settled delivery; see core/record.py).
+DONE = SettleKind.DONE.value  # acked, final record written
+RETRY = SettleKind.RETRY.value  # acked, next attempt on the schedule
+DEAD = SettleKind.DEAD.value  # acked, moved to dead letters
+REQUEUE = SettleKind.REQUEUE.value  # acked, put back on the queue at once
+MARK_RUNNING = SettleKind.MARK_RUNNING.value  # not acked: the "running" record
+# (track_state), its "started" event and its running index entry (core/running.py),
+# each when given
+RUNNING = MARK_RUNNING  # its former name, still imported by the worker and the brokers
 
 #: Delivery modes (docs/delivery-guarantees.md). Reliable: Redis streams, a lease per
 #: delivery, at-least-once. Fast: Redis lists (LPUSH, RPOP, BRPOP), no lease, at-most-once:

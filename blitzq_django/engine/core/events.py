@@ -75,37 +75,40 @@ from typing import Any
 import msgpack
 
 from ..errors import MAX_SECONDS
+from . import record
+from .states import EventKind
 from .validate import MAX_ATTEMPT
 
-ENQUEUED = "enqueued"
-SCHEDULED = "scheduled"
-STARTED = "started"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-RETRIED = "retried"
-DEAD_LETTERED = "dead_lettered"
-CANCELLED = "cancelled"
-EXPIRED = "expired"
-RECOVERED = "recovered"
-REQUEUED = "requeued"
-REPLAYED = "replayed"
+# The kinds of core/states.py's EventKind, bound once as plain str (events are packed
+# per message; see core/record.py).
+ENQUEUED = EventKind.ENQUEUED.value
+SCHEDULED = EventKind.SCHEDULED.value
+STARTED = EventKind.STARTED.value
+SUCCEEDED = EventKind.SUCCEEDED.value
+FAILED = EventKind.FAILED.value
+RETRIED = EventKind.RETRIED.value
+DEAD_LETTERED = EventKind.DEAD_LETTERED.value
+CANCELLED = EventKind.CANCELLED.value
+EXPIRED = EventKind.EXPIRED.value
+RECOVERED = EventKind.RECOVERED.value
+REQUEUED = EventKind.REQUEUED.value
+REPLAYED = EventKind.REPLAYED.value
 
-KINDS = frozenset({ENQUEUED, SCHEDULED, STARTED, SUCCEEDED, FAILED, RETRIED, DEAD_LETTERED,
-                   CANCELLED, EXPIRED, RECOVERED, REQUEUED, REPLAYED})
+KINDS = frozenset(kind.value for kind in EventKind)
 TERMINAL = frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, CANCELLED, EXPIRED})
 
 #: The event of a settlement, by the record state it means (Settlement.state); a state
 #: not listed is its own event kind.
 OF_STATE = {
-    "queued": REQUEUED,  # a requeue (shutdown) puts it back as queued
-    "running": STARTED,
-    "retrying": RETRIED,
-    "scheduled": SCHEDULED,  # a rate-limit deferral: back on the schedule, same attempt
-    "succeeded": SUCCEEDED,
-    "failed": FAILED,
-    "dead_lettered": DEAD_LETTERED,
-    "cancelled": CANCELLED,
-    "expired": EXPIRED,
+    record.QUEUED: REQUEUED,  # a requeue (shutdown) puts it back as queued
+    record.RUNNING: STARTED,
+    record.RETRYING: RETRIED,
+    record.SCHEDULED: SCHEDULED,  # a rate-limit deferral: back on the schedule, same attempt
+    record.SUCCEEDED: SUCCEEDED,
+    record.FAILED: FAILED,
+    record.DEAD_LETTERED: DEAD_LETTERED,
+    record.CANCELLED: CANCELLED,
+    record.EXPIRED: EXPIRED,
 }
 
 

@@ -65,7 +65,7 @@ LIMITS: dict[str, Limit] = {
     "threads": Limit(True, 0, 10_000, note=" (0 = the default size)"),
     "batch_size": Limit(True, 1, 100_000),
     # At most 5 s: a blocking read must end well within the socket timeout (10 s by
-    # default, redis/store.py), or every idle fetch would fail as a timeout.
+    # default, brokers/redis/store.py), or every idle fetch would fail as a timeout.
     "block_timeout": Limit(False, 0.001, 5),
     "visibility_timeout": Limit(False, 0.1, 7 * DAY),
     "heartbeat_interval": Limit(False, 0, DAY, low_open=True),
@@ -79,7 +79,7 @@ LIMITS: dict[str, Limit] = {
     # Seconds a `def` task's thread may go on past its timeout (after TimeLimitExceeded
     # was raised in it) before the worker recycles itself (worker/timelimits.py).
     "time_limit_grace": Limit(False, 0, DAY),
-    # The ops command line (ops_cli.py): dead-letter filters, listings, replay pacing.
+    # The ops command line (cli/ops.py): dead-letter filters, listings, replay pacing.
     "age": Limit(False, 0, MAX_TTL),  # --older-than / --newer-than, in seconds
     "list_limit": Limit(True, 1, 10**9),
     "replay_rate": Limit(False, 0, 1_000_000, low_open=True),  # messages per second

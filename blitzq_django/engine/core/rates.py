@@ -1,6 +1,6 @@
 """Rate limits: ``"10/s"``, ``"100/m"``, ``"1000/h"`` parsed into a Rate (pure, no I/O).
 
-A rate is enforced by a token bucket in Redis (``redis/scripts/rate.lua``), shared by
+A rate is enforced by a token bucket in Redis (``brokers/redis/scripts/rate.lua``), shared by
 every worker of the namespace. The bucket holds at most ``capacity`` tokens, which is
 the rate's count (at least 1): after a quiet spell a task may start ``count`` times at
 once, and from then on at the rate. A run takes one token; tokens come back at

@@ -5,19 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import states
 from .message import pack, pack_fields, unpack_fields
+from .states import RecordState
 
-QUEUED = "queued"
-SCHEDULED = "scheduled"
-RUNNING = "running"
-RETRYING = "retrying"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-DEAD_LETTERED = "dead_lettered"
-CANCELLED = "cancelled"  # cancelled (client.cancel) before it ran, or interrupted running
-EXPIRED = "expired"  # not started before its ``expires`` time: dropped without running
+# The states of core/states.py's RecordState, bound once as plain str: records are
+# packed and compared per message, and msgpack packs an exact str faster than an enum
+# member (a str subclass). The values are the enum's: one vocabulary.
+QUEUED = RecordState.QUEUED.value
+SCHEDULED = RecordState.SCHEDULED.value
+RUNNING = RecordState.RUNNING.value
+RETRYING = RecordState.RETRYING.value
+SUCCEEDED = RecordState.SUCCEEDED.value
+FAILED = RecordState.FAILED.value
+DEAD_LETTERED = RecordState.DEAD_LETTERED.value
+CANCELLED = RecordState.CANCELLED.value
+EXPIRED = RecordState.EXPIRED.value
 
-FINAL_STATES = frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, CANCELLED, EXPIRED})
+FINAL_STATES = frozenset(state.value for state in states.FINAL_STATES)
 
 DEFAULT_MAX_RESULT_SIZE = 8 * 1024 * 1024  # bytes of one encoded result (Client.max_result_size)
 

@@ -131,7 +131,7 @@ class Cron:
         return dt.datetime.fromtimestamp(ms / 1000, self._zone)
 
     def _candidates(self, start: dt.datetime, forward: bool) -> Iterator[dt.datetime]:
-        from croniter import croniter  # imported on first use: a cron schedule needs it
+        from croniter import croniter  # lazy: cost (only a cron schedule needs it)
 
         it = croniter(self._expression, start)
         step = it.get_next if forward else it.get_prev
@@ -216,7 +216,7 @@ def cron_problem(expression: Any) -> str | None:
     if len(text.split(" ")) != 5:
         return (f"cron {expression!r} must have 5 fields (minute hour day-of-month month "
                 f"day-of-week), it has {len(text.split(' '))}")
-    from croniter import croniter
+    from croniter import croniter  # lazy: cost (only a cron schedule needs it)
 
     try:
         it = croniter(text, _EPOCH)

@@ -8,11 +8,11 @@ worker would dead-letter as malformed is refused at enqueue instead.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import MAX_SECONDS, ConfigurationError
+from .ids import now_ms as clock_ms
 
 MAX_ATTEMPT = 10_000  # attempts of one message, retries included
 MAX_RETRIES = MAX_ATTEMPT - 1  # so attempt <= retries + 1 always fits
@@ -166,5 +166,5 @@ def expiry_ms(expires: Any, now_ms: int, context: str = "") -> int:
 def check_expires(expires: Any, context: str = "") -> Any:
     """Check ``expires`` where it is given (decorator, options()): a datetime is checked
     again against the clock at enqueue."""
-    expiry_ms(expires, int(time.time() * 1000), context)
+    expiry_ms(expires, clock_ms(), context)
     return expires

@@ -39,11 +39,11 @@ from ..core.schedules import Schedule, first_baseline, plan
 from ..core.validate import POLICY_OPTIONS, expiry_ms, priority_lane
 from ..errors import BlitzqError, BrokerError, BrokerUnavailable
 from .promoting import promote_forever
-from .registry import ScheduleSource
 from .store import store_of
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..client.schedules import ScheduleSource
 
 log = logging.getLogger("blitzq.scheduler")
 

@@ -1,5 +1,5 @@
 """Where the scheduler's state lives: the broker's periodic store
-(brokers/capabilities.py PeriodicStore; Redis: engine/redis/periodic.py, memory:
+(brokers/capabilities.py PeriodicStore; Redis: brokers/redis/periodic.py, memory:
 brokers/memory_stores.py).
 
 The one write that matters is ``claim``: it marks a schedule's occurrences handled and

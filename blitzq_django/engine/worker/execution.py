@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..brokers.base import Broker
-from ..context import TaskContext, _current
+from ..client.context import TaskContext, _current
 from ..core.ids import now_ms
 from ..core.message import Message
 from ..core.states import HeldState

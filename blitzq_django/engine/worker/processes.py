@@ -57,7 +57,7 @@ from ..core.ids import now_ms
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ..context import TaskContext
+    from ..client.context import TaskContext
     from .inflight import Held
 
 log = logging.getLogger("blitzq.worker")

@@ -24,7 +24,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ..context import CORRELATION_HEADER, _current
+from ..client.context import CORRELATION_HEADER, _current
 from ..core.states import HeldState, SettleKind
 from ..tracing import SYSTEM, extract
 

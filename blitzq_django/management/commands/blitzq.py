@@ -2,7 +2,7 @@
 
 stats, workers, schedules, inspect, cancel, purge, forget-queue, dead-letters, events: the same
 commands, flags, output and exit codes as ``python -m blitzq_django.engine <command> APP`` (one
-implementation, engine/ops_cli.py; docs/cli.md), with ``get_client()`` as the client.
+implementation, engine/cli/ops.py; docs/cli.md), with ``get_client()`` as the client.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import queues
-from ...engine import ops_cli
+from ...engine.cli import ops as ops_cli
 from ...history import cli as history_cli
 from ...runtime import get_client
 from ...settings import get_settings, redact_names

@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import schema
-from ...engine import cli
+from ...engine.cli import main as cli
 from ...engine.errors import BlitzqError
 from ...history import history_queues, writer_for
 from ...history.process import stop_at_stdin_eof

@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import periodic, schema
-from ...engine import cli
+from ...engine.cli import main as cli
 from ...engine.errors import BlitzqError
 from ...runtime import get_client
 from ...serving import reloading

@@ -17,7 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import periodic, queues, schema
 from ...db_connections import close_old_connections_if_opened
-from ...engine import Worker, cli
+from ...engine import Worker
+from ...engine.cli import main as cli
 from ...engine.errors import BlitzqError
 from ...engine.worker import supervision
 from ...registry import registry

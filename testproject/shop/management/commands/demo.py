@@ -290,6 +290,6 @@ class Command(BaseCommand):
 
 
 def _redact(url: str) -> str:
-    from blitzq_django.engine.redis.store import redact
+    from blitzq_django.engine.brokers.redis.store import redact
 
     return redact(url)

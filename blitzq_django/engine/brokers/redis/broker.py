@@ -19,31 +19,12 @@ from typing import Any
 
 import redis.asyncio
 
-from ..core import limits
-from ..core.events import OF_STATE, STARTED, Event, failure_detail
-from ..core.events import packer as event_packer
-from ..core.record import FINAL_STATES, Record
-from ..errors import BrokerError, BrokerUnavailable
-from ..redis import ops
-from ..redis.attachments import RedisAttachmentStore
-from ..redis.facts import server_facts
-from ..redis.history import RedisHistoryStore
-from ..redis.keys import Keyspace, QueueKeys
-from ..redis.lease import RedisLease
-from ..redis.metrics import RedisMetricsStore
-from ..redis.ops import Op
-from ..redis.periodic import RedisPeriodicStore
-from ..redis.progress import RedisProgressStore
-from ..redis.store import (
-    AsyncStore,
-    SyncStore,
-    client_options,
-    dedicated_pool,
-    mapped_errors,
-    redact,
-    run_until,
-)
-from .base import (
+from ...core import limits
+from ...core.events import OF_STATE, STARTED, Event, failure_detail
+from ...core.events import packer as event_packer
+from ...core.record import FINAL_STATES, Record
+from ...errors import BrokerError, BrokerUnavailable
+from ..base import (
     FAST,
     RELIABLE,
     RUNNING,
@@ -54,7 +35,26 @@ from .base import (
     check_modes,
     ready_holds,
 )
-from .capabilities import ServerFacts
+from ..capabilities import ServerFacts
+from . import ops
+from .attachments import RedisAttachmentStore
+from .facts import server_facts
+from .history import RedisHistoryStore
+from .keys import Keyspace, QueueKeys
+from .lease import RedisLease
+from .metrics import RedisMetricsStore
+from .ops import Op
+from .periodic import RedisPeriodicStore
+from .progress import RedisProgressStore
+from .store import (
+    AsyncStore,
+    SyncStore,
+    client_options,
+    dedicated_pool,
+    mapped_errors,
+    redact,
+    run_until,
+)
 
 log = logging.getLogger("blitzq.broker")
 

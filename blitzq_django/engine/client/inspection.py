@@ -1,6 +1,7 @@
 """What is known of a message right now: ``Client.inspect()``, ``Client.running()`` and,
 when nothing is known, why (``Client.explain_missing()``). Sync and async twins make the
-same reads; the decisions between them are the pure functions here.
+same reads; the decisions between them are the pure functions here. Each takes the
+broker (and what else it uses) from the ``Client``, which composes them.
 
 inspect() reads, stopping at the first that answers:
 
@@ -23,16 +24,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .core import record as states
-from .core.deadletter import DeadLetter
-from .core.message import decode
-from .core.record import FINAL_STATES, Record
-from .core.running import INDEX_DELAY_S, Running, parse
-from .errors import MessageDecodeError
+from ..core import record as states
+from ..core.deadletter import DeadLetter
+from ..core.ids import now_ms as clock_ms
+from ..core.message import decode
+from ..core.record import FINAL_STATES, Record
+from ..core.registry import WorkerInfo
+from ..core.running import INDEX_DELAY_S, Running, parse
+from ..errors import MessageDecodeError
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .core.registry import WorkerInfo
+    from ..brokers.base import Broker
+    from ..core.task import TaskRegistry
 
 #: explain_missing() looks at most this many messages of each lane of a queue.
 QUEUE_LOOK_LIMIT = 1000
@@ -60,26 +63,37 @@ class Absence:
 # -- inspect ---------------------------------------------------------------------------
 
 
-def inspect(client: Client, message_id: str, queue: str) -> Record | None:
-    broker = client.broker
+def workers(broker: Broker) -> list[WorkerInfo]:
+    """The live workers of the broker's namespace, by name: one call."""
+    return _infos(broker.workers(clock_ms()))
+
+
+async def aworkers(broker: Broker) -> list[WorkerInfo]:
+    return _infos(await broker.aworkers(clock_ms()))
+
+
+def _infos(blobs: Iterable[bytes]) -> list[WorkerInfo]:
+    return sorted((WorkerInfo.from_bytes(b) for b in blobs), key=lambda w: w.name)
+
+
+def inspect(broker: Broker, message_id: str, queue: str) -> Record | None:
     record, due, body = broker.locate(queue, message_id)
     known = _from_record_or_schedule(message_id, queue, record, due, body)
     if known is not None:
         return known
-    hits = broker.find_running(queue, message_id, serving(client.workers(), queue))
+    hits = broker.find_running(queue, message_id, serving(workers(broker), queue))
     if hits:
         return _running_record(queue, message_id, hits, record)
     return _dead_or(message_id, queue, broker.dead_letter(queue, message_id), record)
 
 
-async def ainspect(client: Client, message_id: str, queue: str) -> Record | None:
-    broker = client.broker
+async def ainspect(broker: Broker, message_id: str, queue: str) -> Record | None:
     record, due, body = await broker.alocate(queue, message_id)
     known = _from_record_or_schedule(message_id, queue, record, due, body)
     if known is not None:
         return known
     hits = await broker.afind_running(queue, message_id,
-                                      serving(await client.aworkers(), queue))
+                                      serving(await aworkers(broker), queue))
     if hits:
         return _running_record(queue, message_id, hits, record)
     return _dead_or(message_id, queue, await broker.adead_letter(queue, message_id), record)
@@ -136,16 +150,16 @@ def _dead_or(message_id: str, queue: str, dead: bytes | None,
 # -- running -------------------------------------------------------------------------------
 
 
-def running(client: Client, queues: Iterable[str] | None = None,
-            workers: Iterable[WorkerInfo] | None = None) -> list[Running]:
-    pairs = _indexes(client.workers() if workers is None else workers, queues)
-    return _listed(pairs, client.broker.running_entries(pairs) if pairs else [])
+def running(broker: Broker, queues: Iterable[str] | None = None,
+            live: Iterable[WorkerInfo] | None = None) -> list[Running]:
+    pairs = _indexes(workers(broker) if live is None else live, queues)
+    return _listed(pairs, broker.running_entries(pairs) if pairs else [])
 
 
-async def arunning(client: Client, queues: Iterable[str] | None = None,
-                   workers: Iterable[WorkerInfo] | None = None) -> list[Running]:
-    pairs = _indexes(await client.aworkers() if workers is None else workers, queues)
-    return _listed(pairs, await client.broker.arunning_entries(pairs) if pairs else [])
+async def arunning(broker: Broker, queues: Iterable[str] | None = None,
+                   live: Iterable[WorkerInfo] | None = None) -> list[Running]:
+    pairs = _indexes(await aworkers(broker) if live is None else live, queues)
+    return _listed(pairs, await broker.arunning_entries(pairs) if pairs else [])
 
 
 def _indexes(workers: Iterable[WorkerInfo], queues: Iterable[str] | None
@@ -178,45 +192,49 @@ def _listed(pairs: Sequence[tuple[str, str]], indexes: Sequence[dict[str, bytes]
 # -- why nothing is known ------------------------------------------------------------------
 
 
-def explain_missing(client: Client, message_id: str, queue: str, *, task: str | None = None,
+def explain_missing(message_id: str, queue: str, *, broker: Broker, registry: TaskRegistry,
+                    store_results: bool, track_state: bool, task: str | None = None,
                     state: str | None = None, finished_ms: int | None = None,
                     now_ms: int | None = None) -> Absence:
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    now = now_ms if now_ms is not None else clock_ms()
     if state in FINAL_STATES:
-        return _finished_absence(client, task, state, finished_ms, now)
-    found, held = client.broker.find_ready(queue, message_id, QUEUE_LOOK_LIMIT)
-    return _unfinished_absence(client, queue, state, found, held)
+        stored = outcome_stored(registry, store_results, track_state, task, state)
+        return _finished_absence(broker, stored, task, state, finished_ms, now)
+    found, held = broker.find_ready(queue, message_id, QUEUE_LOOK_LIMIT)
+    return _unfinished_absence(track_state, queue, state, found, held)
 
 
-async def aexplain_missing(client: Client, message_id: str, queue: str, *,
+async def aexplain_missing(message_id: str, queue: str, *, broker: Broker,
+                           registry: TaskRegistry, store_results: bool, track_state: bool,
                            task: str | None = None, state: str | None = None,
                            finished_ms: int | None = None,
                            now_ms: int | None = None) -> Absence:
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    now = now_ms if now_ms is not None else clock_ms()
     if state in FINAL_STATES:
-        return _finished_absence(client, task, state, finished_ms, now)
-    found, held = await client.broker.afind_ready(queue, message_id, QUEUE_LOOK_LIMIT)
-    return _unfinished_absence(client, queue, state, found, held)
+        stored = outcome_stored(registry, store_results, track_state, task, state)
+        return _finished_absence(broker, stored, task, state, finished_ms, now)
+    found, held = await broker.afind_ready(queue, message_id, QUEUE_LOOK_LIMIT)
+    return _unfinished_absence(track_state, queue, state, found, held)
 
 
-def outcome_stored(client: Client, task: str | None, state: str | None) -> bool:
-    """Whether this client's workers keep a record of a message of ``task`` that ended
-    in ``state`` (as configured now): a success only with its results stored; any other
-    final state also with TRACK_STATE (engine/worker/outcome.py)."""
-    spec = client.registry.find(task) if task else None
-    store = client.store_results if spec is None or spec.store_result is None \
-        else spec.store_result
-    return store or (state != states.SUCCEEDED and client.track_state)
+def outcome_stored(registry: TaskRegistry, store_results: bool, track_state: bool,
+                   task: str | None, state: str | None) -> bool:
+    """Whether workers configured so keep a record of a message of ``task`` that ended
+    in ``state``: a success only with its results stored; any other final state also
+    with TRACK_STATE (engine/worker/outcome.py)."""
+    spec = registry.find(task) if task else None
+    store = store_results if spec is None or spec.store_result is None else spec.store_result
+    return store or (state != states.SUCCEEDED and track_state)
 
 
-def _finished_absence(client: Client, task: str | None, state: str | None,
+def _finished_absence(broker: Broker, stored: bool, task: str | None, state: str | None,
                       finished_ms: int | None, now: int) -> Absence:
     name = f"task {task!r}" if task else "this task"
-    if not outcome_stored(client, task, state):
+    if not stored:
         return Absence(NOT_STORED, f"It finished ({state}), and no record of that is kept: "
                        f"results of {name} are not stored (STORE_RESULTS off, or the task's "
                        f"store_result=False).")
-    ttl = client.broker.record_ttl
+    ttl = broker.record_ttl
     kept = "" if ttl is None else f" (records are kept {ttl} s after the task ends)"
     if finished_ms is None or ttl is None:
         return Absence(EXPIRED, f"It finished ({state}), and its record is no longer in "
@@ -231,9 +249,9 @@ def _finished_absence(client: Client, task: str | None, state: str | None,
                    "eviction), a flush, or a restart without persistence.", until)
 
 
-def _unfinished_absence(client: Client, queue: str, state: str | None,
+def _unfinished_absence(track_state: bool, queue: str, state: str | None,
                         found: bool | None, held: int) -> Absence:
-    unrecorded = ("" if client.track_state else
+    unrecorded = ("" if track_state else
                   " (without TRACK_STATE no record is kept of a message until it ends)")
     if found:
         return Absence(WAITING, f"It is in queue {queue!r}: waiting, or taken by a worker "

@@ -93,7 +93,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..core.names import check_name
+from ...core.names import check_name
 
 GROUP = "workers"
 PREFIX = "bq"

@@ -29,7 +29,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from ..errors import BrokerError, BrokerUnavailable
+from ...errors import BrokerError, BrokerUnavailable
 from .ops import Op
 
 

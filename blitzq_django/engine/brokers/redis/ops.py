@@ -11,9 +11,9 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from ..core import events
-from ..core.events import Event
-from ..core.message import decode
+from ...core import events
+from ...core.events import Event
+from ...core.message import decode
 from . import scripts
 from .keys import GROUP, Keyspace, QueueKeys
 from .scripts import Script

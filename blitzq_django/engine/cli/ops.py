@@ -2,7 +2,7 @@
 events.
 
 One implementation for both ways in: ``python -m blitzq_django.engine <command> APP ...``
-(engine/cli.py) and ``manage.py blitzq <command> ...`` (the Django command). Each builds
+(engine/cli/main.py) and ``manage.py blitzq <command> ...`` (the Django command). Each builds
 the same subparsers with ``add_commands()`` and runs the parsed command with ``perform()``
 (or ``execute()``, which also prints the error and returns the exit code) on its client.
 
@@ -27,18 +27,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .cli import number
-from .client import Client
-from .core.deadletter import DeadLetter
-from .core.names import check_name
-from .core.redact import DEFAULT_REDACT
-from .core.registry import unserved, workers_per_queue
-from .core.validate import RULES, task_id_ok
-from .dead_letters import BATCH, DeadLetters
-from .errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
+from ..client import Client
+from ..client.dead_letters import BATCH, DeadLetters
+from ..core.deadletter import DeadLetter
+from ..core.ids import now_ms
+from ..core.names import check_name
+from ..core.redact import DEFAULT_REDACT
+from ..core.registry import CANCELLED, REVOKED, unserved, workers_per_queue
+from ..core.validate import RULES, task_id_ok
+from ..errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
+from .args import number
 
 if TYPE_CHECKING:
-    from .core.events import Event
+    from ..core.events import Event
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1  # not found, nothing matched, nothing done
@@ -152,7 +153,8 @@ class Ops:
 
     @property
     def dead_letters(self) -> DeadLetters:
-        return DeadLetters(self.client, redact=self.redact)
+        return DeadLetters(broker=self.client.broker, registry=self.client.registry,
+                           default_queue=self.client.default_queue, redact=self.redact)
 
 
 def message_id(text: str) -> str:
@@ -388,8 +390,8 @@ def run_inspect(ops: Ops, args: argparse.Namespace) -> None:
 
 
 CANCEL_TEXT = {
-    "cancelled": "cancelled {id} on {queue!r}: it was scheduled, and is removed",
-    "revoked": "revoked {id} on {queue!r}: a worker will not run it, or interrupts it",
+    CANCELLED: "cancelled {id} on {queue!r}: it was scheduled, and is removed",
+    REVOKED: "revoked {id} on {queue!r}: a worker will not run it, or interrupts it",
 }
 
 
@@ -622,7 +624,7 @@ def progress(ops: Ops, total: int, what: str) -> Iterator[Callable[[int], object
     if ops.console.progress is None:
         yield lambda n: None
         return
-    from tqdm import tqdm  # only on a terminal: scripts never pay for the import
+    from tqdm import tqdm  # lazy: cost (only on a terminal: scripts never pay for it)
 
     with tqdm(total=total, desc=what, unit="msg", file=ops.console.progress,
               leave=False) as bar:
@@ -740,6 +742,3 @@ def clock(ms: int) -> str:
     moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import BrokerError
+from ...errors import BrokerError
 from .ops import Op
 
 

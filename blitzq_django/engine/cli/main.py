@@ -16,37 +16,19 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from . import logformat
-from .banner import announce
-from .client import Client
-from .core import limits
-from .core.names import name_problem
-from .errors import BlitzqError, BrokerError, ConfigurationError
-from .supervisor import EXIT_RECYCLE, Supervisor
-from .worker import Worker, WorkerConfig, supervision
+from .. import logformat
+from ..banner import announce
+from ..client import Client
+from ..core import limits
+from ..core.names import name_problem
+from ..errors import BlitzqError, BrokerError, ConfigurationError
+from ..scheduler import Scheduler
+from ..supervisor import EXIT_RECYCLE, Supervisor
+from ..worker import Worker, WorkerConfig, supervision
+from . import ops as ops_cli
+from .args import number
 
 log = logging.getLogger("blitzq.worker")
-
-
-def number(name: str) -> Callable[[str], int | float]:
-    """An argparse type checking a flag by the rule of the same name (core.limits).
-
-    argparse reports the ArgumentTypeError as "argument --flag: must be ...".
-    """
-    rule = limits.LIMITS[name]
-
-    def parse(text: str) -> int | float:
-        try:
-            value: int | float = int(text) if rule.integer else float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {rule.describe()}, not {text!r}") from None
-        found = limits.problem(name, value)
-        if found:
-            raise argparse.ArgumentTypeError(found)
-        return value
-
-    parse.__name__ = name  # argparse names the type in some messages
-    return parse
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
@@ -245,7 +227,6 @@ def _load_for_ops(path: str) -> Client:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import ops_cli  # here, not at the top: ops_cli imports number() from this module
 
     parser = argparse.ArgumentParser(
         prog="python -m blitzq_django.engine",
@@ -330,8 +311,6 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_scheduler(client: Client, options: dict[str, Any], **kwargs: Any) -> int:
     """Run one scheduler until SIGTERM/SIGINT; 2 if a schedule names an unknown task."""
-    from .scheduler import Scheduler
-
     unknown = [f"schedule {s.name!r}: task {s.task!r} is not registered"
                for s in client.schedule_registry if client.registry.find(s.task) is None]
     if unknown:
@@ -354,7 +333,6 @@ def _run_scheduler(args: argparse.Namespace, load: Callable[[str], Client]) -> i
 
 
 def _run_ops(args: argparse.Namespace, load: Callable[[str], Client]) -> int:
-    from . import ops_cli
 
     console = ops_cli.Console.standard()
     try:

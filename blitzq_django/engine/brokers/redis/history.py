@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..brokers.capabilities import EventsRead
-from ..errors import BrokerError
+from ...errors import BrokerError
+from ..capabilities import EventsRead
 from . import ops, scripts
 from .ops import Op
 

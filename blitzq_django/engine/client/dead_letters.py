@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import builtins  # the methods list() shadow list in their class's annotations
 import fnmatch
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .client import Client
-from .client import new_id as new_message_id
-from .core.deadletter import DeadLetter
-from .core.message import decode, encode
-from .core.redact import DEFAULT_REDACT, positional_names, redact
-from .core.task import TaskRegistry
+from ..brokers.base import Broker
+from ..core.deadletter import DeadLetter
+from ..core.ids import new_id as new_message_id
+from ..core.ids import now_ms
+from ..core.message import decode, encode
+from ..core.redact import DEFAULT_REDACT, positional_names, redact
+from ..core.task import TaskRegistry
 
 BATCH = 200  # dead letters per round trip in bulk operations
 
@@ -35,7 +35,7 @@ class Filter:
     newer_than: float | None = None  # seconds
 
     def window_ms(self) -> tuple[int, int]:
-        now = int(time.time() * 1000)
+        now = now_ms()
         high = now - int(self.older_than * 1000) if self.older_than is not None else now + 10**9
         low = now - int(self.newer_than * 1000) if self.newer_than is not None else 0
         return low, high
@@ -94,17 +94,21 @@ def shown(letter: DeadLetter, names: Sequence[str] = DEFAULT_REDACT,
 
 
 class DeadLetters:
-    def __init__(self, client: Client, *, redact: Sequence[str] = DEFAULT_REDACT) -> None:
-        self.client = client
-        self.broker = client.broker
+    """The dead letters of a broker's queues (``Client.dead_letters`` composes one)."""
+
+    def __init__(self, *, broker: Broker, registry: TaskRegistry, default_queue: str,
+                 redact: Sequence[str] = DEFAULT_REDACT) -> None:
+        self.broker = broker
+        self.registry = registry  # for shown(): positional arguments by parameter name
+        self.default_queue = default_queue
         self.redact = tuple(redact)  # names masked by shown(); never in the stored payload
 
     def shown(self, letter: DeadLetter) -> dict[str, Any]:
-        """``shown(letter)`` with this listing's names and the client's registry."""
-        return shown(letter, self.redact, self.client.registry)
+        """``shown(letter)`` with this listing's names and registry."""
+        return shown(letter, self.redact, self.registry)
 
     def _queue(self, queue: str | None) -> str:
-        return queue or self.client.default_queue
+        return queue or self.default_queue
 
     # -- sync ------------------------------------------------------------------
 
@@ -191,6 +195,11 @@ class DeadLetters:
             letters = _letters(await self.broker.adead_letter_bodies(q, ids[start:start + BATCH]))
             done += await self.broker.areplay_dead_letters(q, _replayable(letters, new_id))
         return done
+
+    async def areplay_all(self, queue: str | None = None, *, new_id: bool = False,
+                          **filters: Any) -> int:
+        letters = await self.alist(queue, limit=10**12, **filters)
+        return await self.areplay([x.id for x in letters], queue, new_id=new_id)
 
     async def apurge(self, queue: str | None = None, ids: Sequence[str] | None = None,
                      **filters: Any) -> int:

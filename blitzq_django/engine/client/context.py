@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..progress import USER_HEADER, make
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskContext:
@@ -33,8 +35,6 @@ class TaskContext:
         an optional note. Never blocks: the worker writes the latest report of each
         message at most 10 times a second (the last one always), and pushes it to the
         message's followers. Works from ``def`` and ``async def`` tasks alike."""
-        from .progress import USER_HEADER, make
-
         report = make(done, total, note, self.headers.get(USER_HEADER))
         if self._progress is not None:
             self._progress.report(self.queue, self.id, report)

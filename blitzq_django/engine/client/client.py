@@ -1,4 +1,6 @@
-"""Client: the producer facade (enqueue, get_result, inspect) and the task factory."""
+"""Client: the producer façade. It builds messages and hands them to the broker, and
+composes the producer services (dead letters, inspection, schedules, progress), giving
+each the collaborators it uses."""
 
 from __future__ import annotations
 
@@ -7,56 +9,41 @@ import hashlib
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from .brokers.base import Broker, Enqueue, ScheduledCancel
+from .. import progress
+from ..brokers.base import Broker, Enqueue, ScheduledCancel
+from ..core import limits
+from ..core import record as states
+from ..core.events import Event
+from ..core.ids import new_id, now_ms
+from ..core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields, pack
+from ..core.names import check_name
+from ..core.rates import Rate, RateLimits, rate_limits_map
+from ..core.record import DEFAULT_MAX_RESULT_SIZE, Record
+from ..core.registry import Cancellation, Purged, QueueStats, WorkerInfo
+from ..core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
+from ..core.validate import check, expiry_ms, priority_lane
+from ..errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTimeout
+from . import inspection, schedules
 from .context import inherited_headers
-from .core import limits
-from .core import record as states
-from .core.events import Event
-from .core.message import DEFAULT_MAX_MESSAGE_SIZE, decode, encode_fields, pack
-from .core.names import check_name
-from .core.rates import Rate, RateLimits, rate_limits_map
-from .core.record import DEFAULT_MAX_RESULT_SIZE, Record
-from .core.registry import Cancellation, Purged, QueueStats, WorkerInfo
-from .core.suggest import did_you_mean
-from .core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
-from .core.validate import (
-    POLICY_OPTIONS,
-    check,
-    check_eta,
-    check_expires,
-    eta_ms,
-    expiry_ms,
-    priority_lane,
-)
-from .errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTimeout
-from .scheduler.registry import ScheduleRegistry
+from .dead_letters import DeadLetters
+from .schedules import ScheduleRegistry
+from .task import NO_OPTIONS, CallOptions, Task, TaskHandle, not_withdrawn
 
 if TYPE_CHECKING:
-    from .core.running import Running
-    from .dead_letters import DeadLetters
+    from ..core.running import Running
+    from ..core.schedules import Schedule
+    from ..progress import Progress
+    from ..tracing import Tracing
     from .inspection import Absence
-    from .progress import Progress
-    from .scheduler.registry import ScheduleInfo
-    from .tracing import Tracing
+    from .schedules import ScheduleInfo
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 log = logging.getLogger("blitzq")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def new_id() -> str:
-    """A random 128-bit message id in hex (like uuid4().hex, at a third of the cost)."""
-    return os.urandom(16).hex()
 
 
 class Client:
@@ -124,29 +111,29 @@ class Client:
     def periodic(self, schedule: Any = None, **options: Any) -> Any:
         """Decorator: a task that also runs on a schedule (docs/scheduling.md), e.g.
         ``@client.periodic("0 3 * * *", tz="Europe/Berlin")`` or ``(every=60)``."""
-        from .scheduler import periodic_decorator
-
-        return periodic_decorator(self, schedule, **options)
+        return schedules.periodic_decorator(self.task, self.schedule_registry, schedule,
+                                            **options)
 
     def schedules(self) -> list[ScheduleInfo]:
         """Each schedule of the registry and of ``schedule_sources``: its last run, next
-        run, last message and its outcome (engine/scheduler ScheduleInfo). A few Redis
+        run, last message and its outcome (ScheduleInfo, client/schedules.py). A few Redis
         reads, and one load of each source."""
-        from .scheduler import infos
-
         loaded = []
         for source in self.schedule_sources:
             try:
                 loaded += source.load()
             except Exception as exc:  # noqa: BLE001 - the others are still worth listing
                 log.warning("schedules of %r left out: cannot load them: %s", source, exc)
-        return infos(self, [*self.schedule_registry, *loaded])
+        return self.schedule_infos([*self.schedule_registry, *loaded])
+
+    def schedule_infos(self, chosen: Iterable[Schedule]) -> list[ScheduleInfo]:
+        """What is known of each of these schedules (``schedules()`` for all of them)."""
+        return schedules.infos(chosen, broker=self.broker, registry=self.registry,
+                               route=self.route, default_queue=self.default_queue)
 
     def notify_schedules_changed(self) -> int:
         """Make every running scheduler read its schedule sources again (within 2 s)."""
-        from .scheduler import notify_changed
-
-        return notify_changed(self)
+        return schedules.notify_changed(self.broker)
 
     # -- routing ---------------------------------------------------------------
 
@@ -206,7 +193,7 @@ class Client:
     def build(self, spec: TaskSpec, args: Sequence[Any], kwargs: dict[str, Any],
               call: CallOptions | None = None) -> Enqueue:
         """Encode one call (the whole message is checked here, at enqueue time)."""
-        call = call or _NO_OPTIONS
+        call = call or NO_OPTIONS
         return self._encode(spec, args, kwargs, call, call.task_id or new_id(),
                             self._shared(spec, call))
 
@@ -214,7 +201,7 @@ class Client:
                    call: CallOptions | None = None) -> list[Enqueue]:
         """build() for many calls of one task with the same options: what they share is
         worked out once, and their ids come from one read of the random source."""
-        call = call or _NO_OPTIONS
+        call = call or NO_OPTIONS
         shared = self._shared(spec, call)
         if call.task_id:
             ids = [call.task_id] * len(calls)
@@ -301,9 +288,8 @@ class Client:
     @property
     def dead_letters(self) -> DeadLetters:
         """List, replay and purge dead letters (sync and async methods)."""
-        from .dead_letters import DeadLetters
-
-        return DeadLetters(self)
+        return DeadLetters(broker=self.broker, registry=self.registry,
+                           default_queue=self.default_queue)
 
     # -- results and state ---------------------------------------------------
 
@@ -313,11 +299,11 @@ class Client:
         ran to an outcome raises: TaskCancelled (cancelled) or TaskExpired (expired before
         it started); a failure's record is returned, it holds the error. ``final_record()``
         returns the record whatever its state."""
-        return _not_withdrawn(self.final_record(message_id, timeout, queue=queue))
+        return not_withdrawn(self.final_record(message_id, timeout, queue=queue))
 
     async def aget_result(self, message_id: str, timeout: float = 0.0, *,
                           queue: str | None = None) -> Record:
-        return _not_withdrawn(await self.afinal_record(message_id, timeout, queue=queue))
+        return not_withdrawn(await self.afinal_record(message_id, timeout, queue=queue))
 
     def final_record(self, message_id: str, timeout: float = 0.0, *,
                      queue: str | None = None) -> Record:
@@ -460,22 +446,18 @@ class Client:
 
     def workers(self) -> list[WorkerInfo]:
         """The live workers of this namespace, as of their last heartbeat: one Redis call."""
-        return _infos(self.broker.workers(now_ms()))
+        return inspection.workers(self.broker)
 
     async def aworkers(self) -> list[WorkerInfo]:
-        return _infos(await self.broker.aworkers(now_ms()))
+        return await inspection.aworkers(self.broker)
 
     def progress(self, message_id: str, *, queue: str | None = None) -> Progress | None:
         """The latest progress a task reported (``current_task().progress()``), or None:
         one Redis call (docs/progress.md)."""
-        from . import progress
-
         return progress.read(self, message_id, queue)
 
     async def aprogress(self, message_id: str, *, queue: str | None = None
                         ) -> Progress | None:
-        from . import progress
-
         return await progress.aread(self, message_id, queue)
 
     def inspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
@@ -484,51 +466,45 @@ class Client:
         start, whatever TRACK_STATE says, once the attempt has run 0.1 s (the running
         index: docs/control.md); ``dead_lettered``; else its record, if TRACK_STATE (or
         the django.tasks backend) wrote one. One to four round trips
-        (engine/inspection.py); ``explain_missing()`` says why when it is None."""
-        from . import inspection
-
-        return inspection.inspect(self, message_id, queue or self.default_queue)
+        (engine/client/inspection.py); ``explain_missing()`` says why when it is None."""
+        return inspection.inspect(self.broker, message_id, queue or self.default_queue)
 
     async def ainspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
-        from . import inspection
-
-        return await inspection.ainspect(self, message_id, queue or self.default_queue)
+        return await inspection.ainspect(self.broker, message_id, queue or self.default_queue)
 
     def running(self, queues: Iterable[str] | None = None, *,
                 workers: Iterable[WorkerInfo] | None = None) -> list[Running]:
         """Every attempt running now that has run 0.1 s, as the live workers list them
         (the running index: docs/control.md), oldest first: in ``queues`` when given.
         Two round trips, one when given ``workers`` (``workers()``, already read)."""
-        from . import inspection
-
-        return inspection.running(self, queues, workers)
+        return inspection.running(self.broker, queues, workers)
 
     async def arunning(self, queues: Iterable[str] | None = None, *,
                        workers: Iterable[WorkerInfo] | None = None) -> list[Running]:
-        from . import inspection
-
-        return await inspection.arunning(self, queues, workers)
+        return await inspection.arunning(self.broker, queues, workers)
 
     def explain_missing(self, message_id: str, *, queue: str | None = None,
                         task: str | None = None, state: str | None = None,
                         finished_ms: int | None = None) -> Absence:
         """Why ``inspect()`` finds nothing, as far as Redis can tell: still in the queue,
         the queue too long to tell, never stored, expired, lost, gone or unknown
-        (engine/inspection.py). What else knows of the message helps: its ``task``, its
+        (engine/client/inspection.py). What else knows of the message helps: its ``task``, its
         last known ``state`` and when it finished (a history row)."""
-        from . import inspection
-
-        return inspection.explain_missing(self, message_id, queue or self.default_queue,
-                                          task=task, state=state, finished_ms=finished_ms)
+        return inspection.explain_missing(message_id, queue or self.default_queue,
+                                          **self._stored(), task=task, state=state,
+                                          finished_ms=finished_ms)
 
     async def aexplain_missing(self, message_id: str, *, queue: str | None = None,
                                task: str | None = None, state: str | None = None,
                                finished_ms: int | None = None) -> Absence:
-        from . import inspection
+        return await inspection.aexplain_missing(message_id, queue or self.default_queue,
+                                                 **self._stored(), task=task, state=state,
+                                                 finished_ms=finished_ms)
 
-        return await inspection.aexplain_missing(self, message_id,
-                                                 queue or self.default_queue, task=task,
-                                                 state=state, finished_ms=finished_ms)
+    def _stored(self) -> dict[str, Any]:
+        """What inspection needs to tell whether an outcome was stored."""
+        return {"broker": self.broker, "registry": self.registry,
+                "store_results": self.store_results, "track_state": self.track_state}
 
 
 def check_routes(routes: Any) -> dict[str, str]:
@@ -592,227 +568,7 @@ def unique_key(task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
     return f"args:{digest.hexdigest()}"
 
 
-def _infos(blobs: Iterable[bytes]) -> list[WorkerInfo]:
-    return sorted((WorkerInfo.from_bytes(b) for b in blobs), key=lambda w: w.name)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallOptions:
-    """Per-call options of ``task.options(...)``; None inherits from the task."""
-
-    queue: str | None = None
-    task_id: str | None = None
-    delay: float | None = None  # seconds from now
-    eta: Any = None  # an aware datetime
-    timeout: float | None = None
-    idempotency_key: str | None = None
-    headers: dict[str, Any] | None = None
-    retries: int | None = None
-    initial_delay: float | None = None
-    max_delay: float | None = None
-    factor: float | None = None
-    jitter: bool | None = None
-    expires: Any = None  # seconds, a timedelta or an aware datetime
-    priority: str | None = None  # "high", "normal" or "low"
-    unique: bool | None = None
-
-    def __post_init__(self) -> None:
-        # The rules decode applies (validate.RULES), so a message is refused here, naming
-        # the option, rather than written and then dead-lettered as malformed.
-        if self.delay is not None and self.eta is not None:
-            raise ConfigurationError("pass delay or eta, not both")
-        if self.queue is not None:
-            check_name("queue", self.queue)
-        if self.eta is not None:
-            check_eta(self.eta)  # its range depends on the time of enqueue: checked then
-        if self.expires is not None:
-            check_expires(self.expires)
-        if self.priority is not None:
-            priority_lane(self.priority)
-        if self.unique is not None and not isinstance(self.unique, bool):
-            raise ConfigurationError(f"unique must be True or False, got {self.unique!r}")
-        for name in _CHECKED:
-            value = getattr(self, name)
-            if value is not None:
-                check(name, value)
-
-    def due_ms(self, now: int) -> int | None:
-        if self.delay:
-            return now + int(self.delay * 1000)
-        if self.eta is not None:
-            return eta_ms(self.eta, now)
-        return None
-
-    def policy(self) -> dict[str, Any] | None:
-        out = {f: getattr(self, f) for f in POLICY_OPTIONS if getattr(self, f) is not None}
-        return out or None
-
-    def merged(self, **changes: Any) -> CallOptions:
-        return replace(self, **changes)
-
-
-_CHECKED = ("task_id", "delay", "timeout", "idempotency_key", "headers", *POLICY_OPTIONS)
-_NO_OPTIONS = CallOptions()
-
-
-class TaskHandle(Generic[R]):
-    """What enqueue returns: the message id, its queue, and a way to its result.
-
-    ``R`` is the task's return type, for type checkers only (``Task[P, R].enqueue`` gives a
-    ``TaskHandle[R]``): handles are built unparameterized, at no cost."""
-
-    __slots__ = ("id", "queue", "_client")
-
-    def __init__(self, id: str, queue: str, client: Client) -> None:
-        self.id = id
-        self.queue = queue
-        self._client = client
-
-    def result(self, timeout: float = 0.0) -> R:
-        """Wait for the final record; return the value or raise TaskFailed."""
-        return _value(self._client.get_result(self.id, timeout, queue=self.queue))
-
-    async def aresult(self, timeout: float = 0.0) -> R:
-        return _value(await self._client.aget_result(self.id, timeout, queue=self.queue))
-
-    def record(self, timeout: float = 0.0) -> Record:
-        """The final record, whatever its state (result() raises for failures)."""
-        return self._client.final_record(self.id, timeout, queue=self.queue)
-
-    def inspect(self) -> Record | None:
-        """What is known of this message now (Client.inspect)."""
-        return self._client.inspect(self.id, queue=self.queue)
-
-    async def ainspect(self) -> Record | None:
-        return await self._client.ainspect(self.id, queue=self.queue)
-
-    def progress(self) -> Progress | None:
-        """The latest progress this task reported, or None (docs/progress.md)."""
-        return self._client.progress(self.id, queue=self.queue)
-
-    async def aprogress(self) -> Progress | None:
-        return await self._client.aprogress(self.id, queue=self.queue)
-
-    def cancel(self) -> Cancellation:
-        """Cancel this message: see Client.cancel."""
-        return self._client.cancel(self.id, queue=self.queue)
-
-    async def acancel(self) -> Cancellation:
-        return await self._client.acancel(self.id, queue=self.queue)
-
-    def __repr__(self) -> str:
-        return f"<TaskHandle {self.id} on {self.queue!r}>"
-
-
-class TaskFailed(Exception):
-    """The task ended without a result: failed, dead-lettered, cancelled (TaskCancelled) or
-    expired (TaskExpired)."""
-
-    def __init__(self, record: Record) -> None:
-        super().__init__(f"task {record.task} {record.id} {record.state}: "
-                         f"{record.error_type}: {record.error_message}")
-        self.record = record
-
-
-class TaskCancelled(TaskFailed):
-    """The task was cancelled (``cancel()``): before it ran, or interrupted running."""
-
-    def __init__(self, record: Record) -> None:
-        super().__init__(record)
-        self.args = (f"task {record.task} {record.id} was cancelled",)
-
-
-class TaskExpired(TaskFailed):
-    """The task did not start before its ``expires`` time: it was dropped without running."""
-
-    def __init__(self, record: Record) -> None:
-        super().__init__(record)
-        self.args = (f"task {record.task} {record.id} expired before it started",)
-
-
-_RAISED = {states.CANCELLED: TaskCancelled, states.EXPIRED: TaskExpired}
-
-
 def _final(record: Record | None, message_id: str, timeout: float) -> Record:
     if record is None or not record.is_final:
         raise ResultTimeout(f"no final record for {message_id!r} within {timeout} s")
     return record
-
-
-def _not_withdrawn(record: Record) -> Record:
-    if record.state in _RAISED:
-        raise _RAISED[record.state](record)
-    return record
-
-
-def _value(record: Record) -> Any:
-    if record.state != states.SUCCEEDED:
-        raise _RAISED.get(record.state, TaskFailed)(record)
-    return record.result
-
-
-class Task(Generic[P, R]):
-    """A registered task: call it directly, or enqueue it for a worker."""
-
-    def __init__(self, spec: TaskSpec, client: Callable[[], Client],
-                 call: CallOptions | None = None) -> None:
-        self.spec = spec
-        self._client = client  # resolved lazily: Django settings may not be ready at import
-        self._call = call or CallOptions()
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.spec.func(*args, **kwargs)
-
-    @property
-    def call(self) -> CallOptions:
-        """The per-call options the next enqueue uses."""
-        return self._call
-
-    def options(self, **changes: Any) -> Task[P, R]:
-        """A copy of this task whose enqueues use these per-call options."""
-        try:
-            call = self._call.merged(**changes)
-        except TypeError as exc:
-            unknown = min(set(changes) - set(CallOptions.__dataclass_fields__), default="")
-            raise TypeError(f"{self.spec.name}.options(): {exc}."
-                            f"{did_you_mean(unknown, CallOptions.__dataclass_fields__)} "
-                            f"Accepted: {', '.join(CallOptions.__dataclass_fields__)}") from None
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{self.spec.name}.options(): {exc}") from None
-        return self._with_call(call)
-
-    def _with_call(self, call: CallOptions) -> Task[P, R]:
-        return Task(self.spec, self._client, call)
-
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
-        return self._client().enqueue(self.spec, args, kwargs, self.call)
-
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
-        return await self._client().aenqueue(self.spec, args, kwargs, self.call)
-
-    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]] | Sequence[Any]]
-                     ) -> list[TaskHandle[R]]:
-        """Enqueue many calls (each an args tuple, or an (args, kwargs) pair), at most
-        1,000 per round trip."""
-        return self._client().enqueue_many(self.spec, _calls(calls), self.call)
-
-    async def aenqueue_many(self, calls: Iterable[Any]) -> list[TaskHandle[R]]:
-        return await self._client().aenqueue_many(self.spec, _calls(calls), self.call)
-
-    def __repr__(self) -> str:
-        return f"<Task {self.spec.name}>"
-
-
-def _calls(calls: Iterable[Any]) -> list[tuple[Sequence[Any], dict[str, Any]]]:
-    out: list[tuple[Sequence[Any], dict[str, Any]]] = []
-    for c in calls:
-        pair = isinstance(c, tuple) and len(c) == 2
-        if pair and isinstance(c[0], list | tuple) and isinstance(c[1], dict):
-            out.append((c[0], c[1]))
-        else:
-            out.append((tuple(c), {}))
-    return out

@@ -1,1 +1,0 @@
-"""Redis adapter: key names, Lua scripts, operations and the stores that run them."""
