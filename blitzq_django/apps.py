@@ -55,4 +55,5 @@ class BlitzqConfig(AppConfig):
         if django_tasks.uses_django_tasks():
             # Imports django.tasks (or the backport), whose check of TASKS (and so our
             # backend's check()) is registered only once it is imported.
+            # lazy: app loading (ready() wires the features once Django loaded the apps)
             from .tasks import django_tasks as backend  # noqa: F401

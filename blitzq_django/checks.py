@@ -72,7 +72,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
+from django.core.management import get_commands
+from django.db import connections
 
 from . import queues, schema
 from .engine.core.registry import unserved
@@ -98,8 +101,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 @checks.register(TAG)
 def check_runworker_command(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from django.core.management import get_commands
-
     owner = get_commands().get("runworker")
     if owner in (None, "blitzq_django"):
         return []
@@ -191,7 +192,6 @@ def check_persistent_connections(app_configs: Any = None,
     """blitzq.W007: no network, only settings."""
     if problems():
         return []
-    from django.conf import settings
 
     return persistent_connections(worker_threads(get_settings()),
                                   getattr(settings, "DATABASES", {}))
@@ -358,7 +358,6 @@ def check_database_connections(app_configs: Any = None,
     """blitzq.W004: task threads against each database's connection limit."""
     if problems():
         return []
-    from django.db import connections
 
     merged = get_settings()
     found = []

@@ -140,3 +140,33 @@ def test_no_runtime_import_cycle_between_packages() -> None:
 
 def test_the_checker_sees_a_cycle() -> None:
     assert cycles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == [["a", "b", "c"]]
+
+
+def _said_why(lines: list[str], node: ast.Import | ast.ImportFrom) -> bool:
+    """A ``# lazy:`` comment on the import, or above its run of imports."""
+    if any("lazy:" in line for line in lines[node.lineno - 1:node.end_lineno]):
+        return True
+    for line in reversed(lines[:node.lineno - 1]):
+        text = line.strip()
+        if text.startswith("#"):
+            if "lazy:" in text:
+                return True
+        elif not text.startswith(("import ", "from ")):
+            return False
+    return False
+
+
+def test_every_function_local_import_says_why() -> None:
+    """Deferred only for cost (an optional or heavy dependency) or Django app loading,
+    and marked ``# lazy: cost`` / ``# lazy: app loading``: never to dodge a cycle."""
+    unmarked = []
+    for path in _modules().values():
+        source = path.read_text()
+        lines = source.splitlines()
+        for function in ast.walk(ast.parse(source)):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                unmarked += [f"{path.relative_to(ROOT)}:{node.lineno}"
+                             for node in ast.walk(function)
+                             if isinstance(node, ast.Import | ast.ImportFrom)
+                             and not _said_why(lines, node)]
+    assert unmarked == [], unmarked

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..registry import declared_queues
+from ..runtime import get_client
+from . import process
+from .writer import HistoryWriter
 
 log = logging.getLogger("blitzq.history")
 
@@ -28,13 +31,10 @@ def history_queues(settings: dict[str, Any]) -> list[str]:
 def writer_for(settings: dict[str, Any], queues: list[str] | None = None, **options: Any
                ) -> Any:
     """A HistoryWriter on the process client, or None when history is off."""
-    from .. import conf
-    from .writer import HistoryWriter
-
     if settings["HISTORY"] == "off" or not settings["EVENTS"]:
         return None
     options.setdefault("keep_events", settings["EVENTS_MAXLEN"])
-    return HistoryWriter(conf.get_client(), queues or history_queues(settings),
+    return HistoryWriter(get_client(), queues or history_queues(settings),
                          settings["HISTORY"], **options)
 
 
@@ -48,8 +48,6 @@ def companion(settings: dict[str, Any]) -> Callable[[threading.Event], None] | N
     worker's start)."""
     if settings["HISTORY"] == "off" or not settings["EVENTS"]:
         return None
-    from . import process
-
     if (settings["HISTORY_WRITER"] == "process" and settings["BROKER"] != "memory"
             and process.can_run()):
         queues = history_queues(settings)

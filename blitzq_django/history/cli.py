@@ -10,8 +10,11 @@ import argparse
 import datetime as dt
 from typing import Any
 
+from django.utils import timezone
+
 from ..engine.cli import ops as ops_cli
 from ..engine.cli.ops import EXIT_NOT_FOUND, EXIT_USAGE, Failure, Ops
+from ..settings import get_settings
 
 #: Rows deleted per statement by prune-history (a long DELETE would hold its locks and
 #: bloat one transaction; batches let the writer go on between them).
@@ -70,6 +73,7 @@ def shown(row: Any) -> dict[str, Any]:
 
 
 def run_history(ops: Ops, args: argparse.Namespace) -> None:
+    # lazy: app loading
     from ..models import TaskRecord
 
     if not 1 <= args.limit <= 10_000:
@@ -99,8 +103,10 @@ def run_history(ops: Ops, args: argparse.Namespace) -> None:
 
 def prune_query(older_than_days: float, states: list[str] | None, now: dt.datetime) -> Any:
     """The rows prune-history deletes."""
+    # lazy: app loading
     from django.db.models import Q
 
+    # lazy: app loading
     from ..models import FINAL_STATES, TaskRecord
 
     cutoff = now - dt.timedelta(days=older_than_days)
@@ -115,14 +121,12 @@ def prune_query(older_than_days: float, states: list[str] | None, now: dt.dateti
 
 
 def run_prune(ops: Ops, args: argparse.Namespace) -> None:
-    from django.utils import timezone
-
-    from .. import conf
+    # lazy: app loading
     from ..models import TaskRecord
 
     days = args.older_than
     if days is None:
-        days = float(conf.get_settings()["HISTORY_RETENTION"])
+        days = float(get_settings()["HISTORY_RETENTION"])
     rows = prune_query(days, args.state, timezone.now())
     total = rows.count()
     deleted = 0

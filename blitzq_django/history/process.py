@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from django.conf import settings
+
 from ..engine.worker.supervision import block_stop_signals
 
 log = logging.getLogger("blitzq.history")
@@ -43,7 +45,6 @@ NICENESS = 10
 def settings_module() -> str | None:
     """The settings module a child can set Django up from; None for settings made with
     ``settings.configure()`` (they cannot be handed over)."""
-    from django.conf import settings
 
     # SETTINGS_MODULE reads None under override_settings (tests): the variable holds it.
     return (getattr(settings, "SETTINGS_MODULE", None)

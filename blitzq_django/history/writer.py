@@ -45,11 +45,16 @@ from typing import Any
 from django.db import (
     DEFAULT_DB_ALIAS,
     DatabaseError,
+    InterfaceError,
+    OperationalError,
     close_old_connections,
+    connection,
     connections,
     transaction,
 )
+from django.utils import timezone
 
+from .. import redaction
 from ..engine import Client
 from ..engine.core import events as ev
 from ..engine.core.record import Record
@@ -105,7 +110,6 @@ def _refused(exc: BaseException) -> bool:
     lease lost. Only a refusal is worth splitting a batch for; the others are retried
     whole. (A PL/pgSQL RAISE arrives as a ProgrammingError, like a missing table: the
     writer tells them apart by asking the table, _table_answers.)"""
-    from django.db import InterfaceError, OperationalError
 
     return not isinstance(exc, LeaseLost | BrokerError | OperationalError
                           | InterfaceError | OSError)
@@ -135,6 +139,7 @@ def _row(stored: dict[str, Any]) -> Row:
 
 
 def _model(row: Row) -> Any:
+    # lazy: app loading
     from ..models import TaskRecord
 
     return TaskRecord(task_id=row.task_id, idempotency_key=row.idempotency_key,
@@ -154,8 +159,8 @@ def upsert(rows: Sequence[Row]) -> None:
     and one ``INSERT ... SELECT ... ON CONFLICT (task_id) DO UPDATE`` instead (the same
     statement, without building and quoting a parameter per value: about twice the rows/s,
     bench/history_writer.py)."""
-    from django.db import connection
 
+    # lazy: app loading
     from ..models import TaskRecord
 
     if connection.vendor == "postgresql" and PG_COPY:
@@ -175,8 +180,7 @@ _BATCH_TABLE = "blitzq_history_batch"
 
 
 def _pg_upsert(connection: Any, rows: Sequence[Row]) -> None:
-    from django.utils import timezone
-
+    # lazy: app loading
     from ..models import TaskRecord
 
     table = connection.ops.quote_name(TaskRecord._meta.db_table)
@@ -208,8 +212,8 @@ def _sqlite_upsert(connection: Any, rows: Sequence[Row]) -> None:
     them, without building a model and a placeholder per value (in a busy runworker the
     ORM's compiler took most of the writer's time, and the writer is a thread beside the
     worker: bench/history_writer.py)."""
-    from django.utils import timezone
 
+    # lazy: app loading
     from ..models import TaskRecord
 
     quote = connection.ops.quote_name
@@ -284,8 +288,6 @@ class HistoryWriter:
         self.held: set[str] = set()
         self._backlog: set[str] = set()  # held queues whose pending events are not read yet
         if redact is None or redact_result is None:
-            from .. import redaction
-
             names = redaction.names()  # once: the settings do not change under a writer
             params: dict[str, tuple[str, ...]] = {}
 
@@ -400,6 +402,7 @@ class HistoryWriter:
         self.stats.events += 1
 
     def _write(self, queue: str, events: Sequence[ev.Event]) -> int:
+        # lazy: app loading
         from ..models import TaskRecord
 
         # The stored rows of the batch's ids, except those whose first event here starts a
@@ -456,6 +459,7 @@ class HistoryWriter:
     def _claim_keys(rows: list[Row]) -> None:
         """An idempotency key is unique in the table: the newest message holding it keeps
         it (a key reused after its TTL names a new message); older rows let go of it."""
+        # lazy: app loading
         from ..models import TaskRecord
 
         holder: dict[str, Row] = {}
@@ -524,8 +528,8 @@ class HistoryWriter:
 
 def _table_answers(error: Exception) -> None:
     """Raise ``error`` if the history table cannot be read (one trivial query)."""
-    from django.db import connection
 
+    # lazy: app loading
     from ..models import TaskRecord
 
     try:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import runtime
 from ..engine.banner import announce, redis_location
+from ..history import process
 from ..settings import DEFAULT_REDIS_URL
 
 
@@ -38,8 +39,6 @@ def history_writer(merged: dict[str, Any], with_history: bool) -> str:
         return "off (BLITZQ['EVENTS'] is False)"
     if not with_history:
         return "not here (--no-history: manage.py runhistory writes it)"
-    from ..history import process
-
     if (merged["HISTORY_WRITER"] == "process" and merged["BROKER"] != "memory"
             and process.can_run()):
         return f"writer process (HISTORY {merged['HISTORY']!r})"

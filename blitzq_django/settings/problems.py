@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib.util
 import inspect
 import math
 from collections.abc import Callable
@@ -181,8 +182,6 @@ def _observability_problems(merged: dict[str, Any], bad_type: set[str]) -> list[
                              f"or 'json', not {merged['LOG_FORMAT']!r:.40}.",
                              "Default: 'text'."))
     if merged["TRACING"] is True:
-        import importlib.util
-
         try:
             installed = importlib.util.find_spec("opentelemetry.trace") is not None
         except ImportError:  # no opentelemetry package at all

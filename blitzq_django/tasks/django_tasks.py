@@ -72,6 +72,7 @@ backport), and so can any receiver reading ``sys.exc_info()``.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import datetime as dt
 import functools
@@ -88,6 +89,7 @@ from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 
 try:  # Django 6+
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
@@ -212,8 +214,6 @@ class BlitzQBackend(BaseTaskBackend):
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         eta = task.run_after
         if eta is not None and eta.utcoffset() is None:  # naive is allowed with USE_TZ off
-            from django.utils import timezone
-
             eta = timezone.make_aware(eta, timezone.get_default_timezone())
         options = CallOptions(queue=task.queue_name, eta=eta,
                               priority=priority_lane(task.priority))
@@ -316,7 +316,6 @@ class BlitzQBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
         where = f"TASKS[{self.alias!r}]"
-        from django.apps import apps
 
         if not apps.is_installed("blitzq_django"):
             yield checks.Error(
@@ -430,8 +429,6 @@ def _exception_path(error_type: str | None, traceback: str | None) -> str | None
 
 
 def _builtin_exception(name: str) -> bool:
-    import builtins
-
     found = getattr(builtins, name, None)
     return inspect.isclass(found) and issubclass(found, BaseException)
 

@@ -39,6 +39,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.utils import timezone
@@ -97,8 +98,6 @@ def resolve_alias(option: Any, where: str) -> str:
         return DEFAULT_DB_ALIAS
     if isinstance(option, str) and option:
         try:
-            from django.conf import settings
-
             aliases = settings.DATABASES
         except ImproperlyConfigured:  # settings not configured yet: checked at run time
             return option

@@ -32,6 +32,10 @@ SYNC_ONLY: dict[tuple[type, str], str] = {
     (Broker, "scheduled_due_ms"): "read by tests only",
     (Broker, "scheduled_payload"): "read by tests only",
     (Broker, "forget_queue"): "an operator's command, run from sync code (CLI, admin)",
+    (Broker, "server_facts"): "read by the deploy checks (manage.py check), sync code",
+    (Broker, "lease"): "a Lease object; its holders (history writer, metrics folder) run "
+                       "on threads",
+    (Broker, "mode_of"): "pure: the configured mode of a queue, no I/O",
 }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import events as ev
-from ..core import limits
+from ..core import limits, rates
 from ..core.deadletter import DeadLetter
 from ..core.record import Record
 from .base import (
@@ -696,8 +696,6 @@ class MemoryBroker:
     async def take_tokens(self, bucket: str, capacity: float, refill_per_ms: float,
                           wanted: int) -> tuple[int, int]:
         """The token bucket of rate.lua, in this process (rates.take), by the wall clock."""
-        from ..core import rates
-
         with self._lock:
             buckets: dict[str, rates.Bucket] = self.__dict__.setdefault("_buckets", {})
             state, granted, wait = rates.take(buckets.get(bucket), time.time() * 1000,

@@ -227,7 +227,6 @@ def _load_for_ops(path: str) -> Client:
 
 
 def build_parser() -> argparse.ArgumentParser:
-
     parser = argparse.ArgumentParser(
         prog="python -m blitzq_django.engine",
         description="Run a blitzq worker, or look at and operate the queues (docs/cli.md).",
@@ -333,7 +332,6 @@ def _run_scheduler(args: argparse.Namespace, load: Callable[[str], Client]) -> i
 
 
 def _run_ops(args: argparse.Namespace, load: Callable[[str], Client]) -> int:
-
     console = ops_cli.Console.standard()
     try:
         client = load(args.app)

@@ -577,6 +577,7 @@ def resident_mb() -> float:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except OSError:
+        # lazy: cost (only where /proc is missing)
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -12,6 +12,7 @@ import asyncio
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -51,8 +52,6 @@ class Command(BaseCommand):
             raise CommandError(f"blitzq is misconfigured: {exc}") from None
         reload = options.get("reload")
         if reload is None:
-            from django.conf import settings
-
             reload = settings.DEBUG
         if reload and not reloading.in_child():
             code = reloading.run_parent()

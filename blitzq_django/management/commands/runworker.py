@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -77,8 +78,6 @@ class Command(BaseCommand):
             options["processes"] = merged["PROCESSES"]
         reload = options.get("reload")
         if reload is None:
-            from django.conf import settings
-
             reload = settings.DEBUG and options["processes"] == 1 and not options["burst"]
         if reload and options["processes"] > 1:
             raise CommandError("--reload runs one worker process; drop --processes")
