@@ -30,10 +30,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .core.ids import now_ms
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .brokers.base import Broker
     from .core.record import Record
 
 #: Seconds between two progress writes of one message, at least (10 per second at most).
@@ -109,7 +110,7 @@ def make(done: Any, total: Any = None, note: Any = None, owner: Any = None) -> P
     if note is not None and len(note) > MAX_NOTE:
         note = note[:MAX_NOTE - 3] + "..."
     return Progress(float(done), None if total is None else float(total), note,
-                    int(time.time() * 1000), None if owner is None else str(owner))
+                    now_ms(), None if owner is None else str(owner))
 
 
 # -- storage ---------------------------------------------------------------------------
@@ -123,21 +124,21 @@ async def awrite(broker: Any, queue: str, message_id: str, progress: Progress) -
                                  json.dumps(progress.to_dict()).encode())
 
 
-def claim(client: Client, queue: str, message_id: str, owner: Any) -> None:
+def claim(broker: Broker, queue: str, message_id: str, owner: Any) -> None:
     """Record the owner of a message (its user_id) before it reports anything."""
-    client.broker.progress.write(queue, message_id, {"u": str(owner)})
+    broker.progress.write(queue, message_id, {"u": str(owner)})
 
 
-async def aclaim(client: Client, queue: str, message_id: str, owner: Any) -> None:
-    await client.broker.progress.awrite(queue, message_id, {"u": str(owner)})
+async def aclaim(broker: Broker, queue: str, message_id: str, owner: Any) -> None:
+    await broker.progress.awrite(queue, message_id, {"u": str(owner)})
 
 
-def read_raw(client: Client, queue: str, message_id: str) -> dict[str, str]:
-    return client.broker.progress.read(queue, message_id)
+def read_raw(broker: Broker, queue: str, message_id: str) -> dict[str, str]:
+    return broker.progress.read(queue, message_id)
 
 
-async def aread_raw(client: Client, queue: str, message_id: str) -> dict[str, str]:
-    return await client.broker.progress.aread(queue, message_id)
+async def aread_raw(broker: Broker, queue: str, message_id: str) -> dict[str, str]:
+    return await broker.progress.aread(queue, message_id)
 
 
 def owner_of(raw: dict[str, str]) -> str | None:
@@ -283,18 +284,16 @@ def snapshot(record: Record | None, raw: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-async def afollow(client: Client, message_id: str, queue: str | None = None, *,
+async def afollow(broker: Broker, queue: str, message_id: str, *,
                   recheck_s: float = RECHECK_S) -> AsyncIterator[dict[str, Any]]:
     """Snapshots of a message (``snapshot()``) each time it changes, ending with the
     final one. Pushed by the progress and done channels; re-read every ``recheck_s``
     seconds all the same (a publish missed, or the memory broker)."""
-    queue = queue or client.default_queue
-    broker = client.broker
     last: dict[str, Any] | None = None
     async with broker.progress.watch(queue, message_id) as changes:
         while True:
             record = await broker.aget_record(queue, message_id)
-            now = snapshot(record, await aread_raw(client, queue, message_id))
+            now = snapshot(record, await aread_raw(broker, queue, message_id))
             now["id"] = message_id
             if now != last:
                 last = now
@@ -304,26 +303,25 @@ async def afollow(client: Client, message_id: str, queue: str | None = None, *,
             await changes.wait(recheck_s)
 
 
-def read(client: Client, message_id: str, queue: str | None = None) -> Progress | None:
+def read(broker: Broker, queue: str, message_id: str) -> Progress | None:
     """The latest progress of a message, or None."""
-    return Progress.from_fields(read_raw(client, queue or client.default_queue, message_id))
+    return Progress.from_fields(read_raw(broker, queue, message_id))
 
 
-async def aread(client: Client, message_id: str, queue: str | None = None) -> Progress | None:
-    return Progress.from_fields(await aread_raw(client, queue or client.default_queue,
-                                                message_id))
+async def aread(broker: Broker, queue: str, message_id: str) -> Progress | None:
+    return Progress.from_fields(await aread_raw(broker, queue, message_id))
 
 
-def read_many(client: Client, which: list[tuple[str, str]]) -> list[Progress | None]:
+def read_many(broker: Broker, which: list[tuple[str, str]]) -> list[Progress | None]:
     """The latest progress of each (queue, message id), in one round trip (the
     dashboard's running list)."""
     if not which:
         return []
-    return [Progress.from_fields(raw) for raw in client.broker.progress.read_many(which)]
+    return [Progress.from_fields(raw) for raw in broker.progress.read_many(which)]
 
 
-async def aread_many(client: Client, which: list[tuple[str, str]]) -> list[Progress | None]:
+async def aread_many(broker: Broker, which: list[tuple[str, str]]) -> list[Progress | None]:
     if not which:
         return []
     return [Progress.from_fields(raw)
-            for raw in await client.broker.progress.aread_many(which)]
+            for raw in await broker.progress.aread_many(which)]

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..engine import Client
 from ..engine.core import events as ev
+from ..engine.core.ids import now_ms
 
 log = logging.getLogger("blitzq.history")
 
@@ -61,7 +62,7 @@ def record_unwritable(client: Client, queue: str, event: ev.Event, exc: BaseExce
     """Count one event the database refused, keep its description as the last one."""
     text = (f"task {event.id} ({event.task or 'unknown task'}), event {event.kind} "
             f"{event.cursor}: {type(exc).__name__}: {exc}")[:LAST_MAX]
-    client.broker.history.add_unwritable(queue, int(time.time() * 1000), text)
+    client.broker.history.add_unwritable(queue, now_ms(), text)
 
 
 def read(client: Client, queues: Iterable[str]) -> list[Health]:

@@ -103,12 +103,12 @@ class TestBroker(MemoryBroker):
         self.queues_used: set[str] = set()
         self._eager_records: dict[tuple[str, str], Record] = {}
         self._eager_keys: dict[tuple[str, str], str] = {}
-        self._log_lock = threading.Lock()
+        self.log_lock = threading.Lock()
 
     # -- producing --
 
     def enqueue(self, items: Sequence[Enqueue]) -> list[str]:
-        with self._log_lock:
+        with self.log_lock:
             for item in items:
                 message = decode(item.payload, max(len(item.payload), 1))
                 self.sent.append(EnqueuedTask(message.id, message.task, message.queue,
@@ -131,7 +131,7 @@ class TestBroker(MemoryBroker):
     def _run_eagerly(self, item: Enqueue) -> str:
         if item.idempotency_key:
             key = (item.queue, item.idempotency_key)
-            with self._log_lock:
+            with self.log_lock:
                 first = self._eager_keys.setdefault(key, item.message_id)
             if first != item.message_id:
                 return first  # the same key again: the first message is the one that ran

@@ -161,7 +161,7 @@ class Blitzq:
         """Every message enqueued since start (or ``clear()``), oldest first, including
         those already run; only ``task``'s (a task or its name) and ``queue``'s if given."""
         name = None if task is None else task_name(task)
-        with self.broker._log_lock:
+        with self.broker.log_lock:
             sent = list(self.broker.sent)
         return [m for m in sent
                 if (name is None or m.task == name) and (queue is None or m.queue == queue)]
@@ -195,7 +195,7 @@ class Blitzq:
 
     def clear(self) -> None:
         """Forget what was enqueued so far and drop every message not yet run."""
-        with self.broker._log_lock:
+        with self.broker.log_lock:
             self.broker.sent.clear()
             queues = list(self.broker.queues_used)
         for queue in queues:

@@ -112,12 +112,13 @@ class ForUser:
 
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
         handle = self._task.enqueue(*args, **kwargs)
-        engine_progress.claim(handle._client, handle.queue, handle.id, self._owner)
+        engine_progress.claim(conf.get_client().broker, handle.queue, handle.id, self._owner)
         return handle
 
     async def aenqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
         handle = await self._task.aenqueue(*args, **kwargs)
-        await engine_progress.aclaim(handle._client, handle.queue, handle.id, self._owner)
+        await engine_progress.aclaim(conf.get_client().broker, handle.queue, handle.id,
+                                     self._owner)
         return handle
 
 
@@ -162,7 +163,7 @@ def _jsonable(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 async def _followed(message_id: str, queue: str) -> Followed:
     client = conf.get_client()
-    raw = await engine_progress.aread_raw(client, queue, message_id)
+    raw = await engine_progress.aread_raw(client.broker, queue, message_id)
     return Followed(message_id, queue, engine_progress.owner_of(raw))
 
 
@@ -192,7 +193,7 @@ class TaskProgressConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _follow(self, message_id: str, queue: str) -> None:
         client = conf.get_client()
         try:
-            async for snapshot in engine_progress.afollow(client, message_id, queue):
+            async for snapshot in engine_progress.afollow(client.broker, queue, message_id):
                 await self.send_json(_jsonable(snapshot))
         except Exception:  # noqa: BLE001 - Redis unreachable: the page falls back to polling
             logging.getLogger("blitzq").warning("following %s failed", message_id,
@@ -239,7 +240,7 @@ def progress_view(request: HttpRequest, task_id: str) -> HttpResponse:
     except (BlitzqError, ValueError):
         return JsonResponse({"error": "bad task id or queue"}, status=400)
     client = conf.get_client()
-    raw = engine_progress.read_raw(client, queue, message_id)
+    raw = engine_progress.read_raw(client.broker, queue, message_id)
     task = Followed(message_id, queue, engine_progress.owner_of(raw))
     if not permitted(request.user, task):
         return JsonResponse({"error": "forbidden"}, status=403)

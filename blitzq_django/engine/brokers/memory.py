@@ -25,6 +25,7 @@ from typing import Any
 from ..core import events as ev
 from ..core import limits, rates
 from ..core.deadletter import DeadLetter
+from ..core.ids import now_ms as clock_ms
 from ..core.record import Record
 from .base import (
     DEAD,
@@ -49,10 +50,6 @@ from .memory_stores import (
     MemoryPeriodicStore,
     MemoryProgressStore,
 )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass
@@ -285,7 +282,7 @@ class MemoryBroker:
 
     def _entry_id(self) -> str:
         # Shaped like a stream id (ms-sequence), so a ready entry's age reads off its id.
-        return f"{_now_ms()}-{next(self._entry_ids)}"
+        return f"{clock_ms()}-{next(self._entry_ids)}"
 
     # -- reading state -------------------------------------------------------
 
@@ -396,7 +393,7 @@ class MemoryBroker:
             age = None
             oldest = q.ready.oldest_id()
             if oldest is not None:
-                age = max(0, _now_ms() - int(oldest.partition("-")[0]))
+                age = max(0, clock_ms() - int(oldest.partition("-")[0]))
             return {"ready": len(q.ready), "in_flight": len(q.pending),
                     "scheduled": len(q.schedule), "dead_letters": len(q.dead),
                     "consumers": len(self._readers.get(queue, ())),
@@ -698,7 +695,7 @@ class MemoryBroker:
         """The token bucket of rate.lua, in this process (rates.take), by the wall clock."""
         with self._lock:
             buckets: dict[str, rates.Bucket] = self.__dict__.setdefault("_buckets", {})
-            state, granted, wait = rates.take(buckets.get(bucket), time.time() * 1000,
+            state, granted, wait = rates.take(buckets.get(bucket), clock_ms(),
                                               capacity, refill_per_ms, wanted)
             buckets[bucket] = state
         return granted, wait
@@ -729,7 +726,7 @@ class MemoryBroker:
                 return "finished", "dead_lettered"
             if record is None and known:
                 return "unknown", None
-            now = _now_ms()
+            now = clock_ms()
             for key in [k for k, expiry in self._revoked.items() if expiry <= now]:
                 del self._revoked[key]
             self._revoked[(queue, message_id)] = now + self.revoke_ttl * 1000
@@ -780,9 +777,9 @@ class MemoryBroker:
         line = self._events.get(queue)
         if line is None:
             line = self._events[queue] = deque(maxlen=self.events_maxlen)
-        self._event_ms = max(self._event_ms, _now_ms())
+        self._event_ms = max(self._event_ms, clock_ms())
         line.append(ev.Event(f"{self._event_ms}-{next(self._event_seq)}", queue, kind,
-                             message_id, task or "", time_ms or _now_ms(), attempt, worker,
+                             message_id, task or "", time_ms or clock_ms(), attempt, worker,
                              duration_ms, error_type, detail))
 
     def _events_after(self, queue: str, after: tuple[int, int], count: int) -> list[ev.Event]:

@@ -454,11 +454,11 @@ class Client:
     def progress(self, message_id: str, *, queue: str | None = None) -> Progress | None:
         """The latest progress a task reported (``current_task().progress()``), or None:
         one Redis call (docs/progress.md)."""
-        return progress.read(self, message_id, queue)
+        return progress.read(self.broker, queue or self.default_queue, message_id)
 
     async def aprogress(self, message_id: str, *, queue: str | None = None
                         ) -> Progress | None:
-        return await progress.aread(self, message_id, queue)
+        return await progress.aread(self.broker, queue or self.default_queue, message_id)
 
     def inspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
         """What is known of a message now, or None: its final record; ``scheduled`` (or

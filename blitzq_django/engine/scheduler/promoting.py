@@ -13,19 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.ids import now_ms
 from ..errors import BlitzqError
 
 log = logging.getLogger("blitzq.worker")
 
 PROMOTE_LIMIT = 1000
-
-
-def _ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def wait_first(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> bool:
@@ -66,7 +62,7 @@ async def promote_forever(broker: Any, queues: Sequence[str], stop: asyncio.Even
             wait = poll
             wake.clear()  # before reading: a publish from here on wakes the next sleep
             try:
-                now = _ms()
+                now = now_ms()
                 for queue in queues:
                     _moved, next_due = await broker.promote(queue, now, PROMOTE_LIMIT)
                     if next_due >= 0:

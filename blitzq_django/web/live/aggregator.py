@@ -373,7 +373,7 @@ class Aggregator:
         self.tally.set_workers(workers, now_ms())
         running = await client.arunning(names, workers=workers)
         shown = [(r.queue, r.id) for r in running[:RUNNING_SHOWN]]
-        self.tally.set_running(running, await progress.aread_many(client, shown))
+        self.tally.set_running(running, await progress.aread_many(client.broker, shown))
         for name in names:
             self.cursors.setdefault(name, "")
 
@@ -428,7 +428,7 @@ class Poller:
             self.tally.set_workers(workers, now_ms())
             running = client.running(names, workers=workers)
             shown = [(r.queue, r.id) for r in running[:RUNNING_SHOWN]]
-            self.tally.set_running(running, progress.read_many(client, shown))
+            self.tally.set_running(running, progress.read_many(client.broker, shown))
             for name in names:
                 self._read_queue(client, name)
             self._snapshot = self.tally.snapshot()

@@ -22,6 +22,7 @@ import redis.asyncio
 from ...core import limits
 from ...core.events import OF_STATE, STARTED, Event, failure_detail
 from ...core.events import packer as event_packer
+from ...core.ids import now_ms as clock_ms
 from ...core.record import FINAL_STATES, Record
 from ...errors import BrokerError, BrokerUnavailable
 from ..base import (
@@ -92,9 +93,6 @@ def _located(replies: list[Any]) -> Located:
     body = next((b for b in replies[1 + lanes:] if b is not None), None)
     return Record.from_bytes(data) if data else None, due, body
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _holder(value: Any) -> str | None:
@@ -222,7 +220,7 @@ class RedisBroker:
             if self.events_maxlen:  # the message and its event: one step
                 return ops.enqueue_plain(keys, ((item.payload, item.message_id, item.task),),
                                          events_maxlen=self.events_maxlen,
-                                         now_ms=now_ms or _now_ms(), mode=mode,
+                                         now_ms=now_ms or clock_ms(), mode=mode,
                                          details=self.event_details)
             if mode == "s":
                 return ops.xadd(keys, item.payload)
@@ -237,7 +235,7 @@ class RedisBroker:
                                            or i.unique_key for i in items):
             return ops.enqueue_plain(keys, [(i.payload, i.message_id, i.task) for i in items],
                                      events_maxlen=self.events_maxlen,
-                                     now_ms=now_ms or _now_ms(), mode=mode,
+                                     now_ms=now_ms or clock_ms(), mode=mode,
                                      details=self.event_details)
         return ops.enqueue(
             keys,
@@ -246,7 +244,7 @@ class RedisBroker:
             record_ttl=self.record_ttl,
             idempotency_ttl=self.idempotency_ttl,
             events_maxlen=self.events_maxlen,
-            now_ms=(now_ms or _now_ms()) if self.events_maxlen else 0,
+            now_ms=(now_ms or clock_ms()) if self.events_maxlen else 0,
             mode=mode,
             details=self.event_details,
         )
@@ -298,7 +296,7 @@ class RedisBroker:
             return []
         if len(items) == 1:
             item = items[0]
-            now = _now_ms()  # one read of the clock: the event's time, and the seen queues'
+            now = clock_ms()  # one read of the clock: the event's time, and the seen queues'
             op = self._enqueue_op(item, now)
             if now < self._seen_until and item.queue in self._seen:
                 reply = self.sync.run(op)
@@ -320,7 +318,7 @@ class RedisBroker:
             return []
         if len(items) == 1:
             item = items[0]
-            now = _now_ms()
+            now = clock_ms()
             op = self._enqueue_op(item, now)
             if now < self._seen_until and item.queue in self._seen:
                 reply = await self.aio.run(op)
@@ -342,12 +340,12 @@ class RedisBroker:
     def _unseen(self, queues: Iterable[str]) -> list[str]:
         """Of ``queues``, those to add to the seen queues with the next write: not added
         by this process in the current SEEN_REFRESH_S."""
-        if _now_ms() >= self._seen_until:
+        if clock_ms() >= self._seen_until:
             return list(queues)
         return [q for q in queues if q not in self._seen]
 
     def _saw(self, queues: Sequence[str], now_ms: int = 0) -> None:
-        now = now_ms or _now_ms()
+        now = now_ms or clock_ms()
         if now >= self._seen_until:  # a new period: every queue is added again once
             self._seen = set()
             self._seen_until = now + int(SEEN_REFRESH_S * 1000)
@@ -557,11 +555,11 @@ class RedisBroker:
 
     def queue_stats(self, queue: str) -> dict[str, int | None]:
         """Counts of one queue (see QueueStats), in one read-only script call."""
-        return self.sync.run(ops.stats(self.keys.queue(queue), _now_ms(),
+        return self.sync.run(ops.stats(self.keys.queue(queue), clock_ms(),
                                        self.storage_mode(queue)))
 
     async def aqueue_stats(self, queue: str) -> dict[str, int | None]:
-        return await self.aio.run(ops.stats(self.keys.queue(queue), _now_ms(),
+        return await self.aio.run(ops.stats(self.keys.queue(queue), clock_ms(),
                                             self.storage_mode(queue)))
 
     def purge(self, queue: str, force: bool, dead_letters: bool) -> dict[str, int]:
@@ -587,7 +585,7 @@ class RedisBroker:
 
     def _dl_replay(self, queue: str, items: Sequence[tuple[str, str, bytes]]) -> Op:
         return ops.replay_dead_letters(self.keys.queue(queue), items, self.storage_mode(queue),
-                                       self.events_maxlen, _now_ms(), self.event_details)
+                                       self.events_maxlen, clock_ms(), self.event_details)
 
 
     def dead_letter_ids(self, queue: str, min_ms: int, max_ms: int) -> list[str]:
@@ -635,7 +633,7 @@ class RedisBroker:
 
     def _cancel_op(self, queue: str, message_id: str, known: bool, body: bytes,
                    scheduled: ScheduledCancel) -> Op:
-        return ops.cancel(self.keys, queue, message_id, now_ms=_now_ms(),
+        return ops.cancel(self.keys, queue, message_id, now_ms=clock_ms(),
                           revoke_ttl=self.revoke_ttl, record_ttl=self.record_ttl,
                           final_states=_FINAL, known=known, record=scheduled.record,
                           expected=body, unique_key=scheduled.unique_key,
@@ -847,7 +845,7 @@ class RedisBroker:
         if self.mode_of(queue) == FAST:
             return [], []  # nothing stays pending in a list: nothing to recover
         lanes = self.keys.queue(queue).lanes
-        now = _now_ms()
+        now = clock_ms()
         replies = await self.aio.run_many([ops.recover(lane, consumer, min_idle_ms, count,
                                                        self.events_maxlen, now)
                                            for lane in lanes])
@@ -880,7 +878,7 @@ class RedisBroker:
                                    for q in queues)])
 
     async def leave(self, name: str) -> None:
-        await self.aio.run(ops.leave(self.keys, name, _now_ms()))
+        await self.aio.run(ops.leave(self.keys, name, clock_ms()))
 
     async def prune_consumers(self, queue: str, min_idle_ms: int) -> int:
         """Remove consumers that own nothing and were idle over min_idle_ms: dead workers'."""

@@ -4,9 +4,9 @@ health hash (``QueueKeys.history_health``) and the writers' consumer group lag."
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from ...core.ids import now_ms
 from ...errors import BrokerError
 from ..capabilities import EventsRead
 from . import ops, scripts
@@ -24,7 +24,7 @@ class RedisHistoryStore:
 
         def counted() -> ops.GroupRead:
             return run(ops.events_read_counted(keys, queue, group, consumer, count,
-                                               keep_events, int(time.time() * 1000)))
+                                               keep_events, now_ms()))
 
         found = counted()
         lost, gaps, skipped = found.lost, found.gaps, list(found.skipped)
