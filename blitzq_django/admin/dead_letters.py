@@ -18,11 +18,12 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDi
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from .. import conf, redaction
+from .. import redaction
 from ..engine.core import deadletter as reasons
 from ..engine.core.deadletter import DeadLetter as Letter
 from ..engine.core.names import name_ok
 from ..models import DeadLetter, TaskRecord
+from ..registry import registry
 from ..web.common import (
     age,
     as_json,
@@ -150,7 +151,7 @@ class DeadLetterAdmin(PageAdmin):
                 (r, link(reason=r), filters.get("reason") == r) for r in REASONS]),
             Filter("task", [("All", link(task=None), "task" not in filters)] + [
                 (t, link(task=t), filters.get("task") == t)
-                for t in sorted(spec.name for spec in conf.registry)]),
+                for t in sorted(spec.name for spec in registry)]),
         ]
         context = self._context(
             request, "Dead letters", rows=rows, filters=filters,

@@ -23,7 +23,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from .. import conf, redaction
+from .. import redaction
 from ..engine import CallOptions
 from ..engine.core.ids import now_ms
 from ..engine.core.message import decode
@@ -32,6 +32,9 @@ from ..engine.core.registry import CANCELLED, FINISHED, REVOKED
 from ..engine.errors import BlitzqError
 from ..history import health, history_queues
 from ..models import TaskRecord
+from ..registry import registry
+from ..runtime import history_on
+from ..settings import get_settings
 from ..web.common import (
     ENGINE_ERRORS,
     client,
@@ -83,7 +86,7 @@ def retry_refusal(record: TaskRecord) -> str | None:
         return SCHEDULED_REFUSAL
     if not record.is_final:
         return f"it has not finished ({record.state}): it runs anyway, a retry would run it twice"
-    if conf.registry.find(record.task_name) is None:
+    if registry.find(record.task_name) is None:
         return f"its task {record.task_name!r} is not registered in this process"
     if record.message is None:
         if _has_mask(record.args) or _has_mask(record.kwargs):
@@ -107,7 +110,7 @@ def retry(record: TaskRecord) -> tuple[bool, str]:
     refusal = retry_refusal(record)
     if refusal is not None:
         return False, f"Task {record.task_id}: not retried: {refusal}."
-    spec = conf.registry.find(record.task_name)
+    spec = registry.find(record.task_name)
     assert spec is not None and record.message is not None  # retry_refusal checked both
     message = decode(bytes(record.message))
     try:
@@ -343,8 +346,8 @@ class TaskRecordAdmin(admin.ModelAdmin):
     def _incomplete_banner(self, request: HttpRequest) -> None:
         """An error banner per queue whose history lost or could not write events within
         HISTORY_RETENTION days (history/health.py): the list is not the whole story."""
-        settings = conf.get_settings()
-        if not conf.history_on(settings) or request.method != "GET":
+        settings = get_settings()
+        if not history_on(settings) or request.method != "GET":
             return
         since = int(now_ms() - settings["HISTORY_RETENTION"] * 86_400_000)
         found: list[health.Health] = safely(

@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from .. import conf, periodic
+from .. import periodic
 from ..engine import CallOptions
 from ..engine.client.schedules import ScheduleInfo
 from ..engine.core import schedules as rules
@@ -40,6 +40,8 @@ from ..engine.core.schedules import Schedule
 from ..engine.errors import BlitzqError
 from ..models import PeriodicSchedule
 from ..periodic import database as periodic_db
+from ..registry import registry
+from ..runtime import get_client
 from ..web.common import ENGINE_ERRORS, age, client, safely
 
 #: Form fields, and the words of engine messages that point at them (first match wins).
@@ -65,7 +67,7 @@ class TaskNameInput(forms.TextInput):
         list_id = f"blitzq-tasks-{name}"
         attrs = {**(attrs or {}), "list": list_id, "autocomplete": "off"}
         options = format_html_join("", '<option value="{}">',
-                                   ((spec.name,) for spec in sorted(conf.registry,
+                                   ((spec.name,) for spec in sorted(registry,
                                                                     key=lambda s: s.name)))
         return format_html('{}<datalist id="{}">{}</datalist>',
                            super().render(name, value, attrs, renderer), list_id, options)
@@ -75,7 +77,7 @@ def code_schedule_names() -> set[str]:
     """Names of the schedules declared in code and in BLITZQ["PERIODIC"]."""
     names = {s.name for s in periodic.code_schedules}
     try:
-        names |= {s.name for s in conf.get_client().schedule_registry}
+        names |= {s.name for s in get_client().schedule_registry}
     except ENGINE_ERRORS:  # settings broken: checks report it; code names still count
         pass
     return names
@@ -130,7 +132,7 @@ class PeriodicScheduleForm(forms.ModelForm):
 
     def clean_task(self) -> str:
         task = (self.cleaned_data.get("task") or "").strip()
-        if conf.registry.find(task) is None:
+        if registry.find(task) is None:
             raise self._fail(f"task {task!r} is not a registered task (module.function, or "
                              "its name=; its tasks.py must be in an installed app).")
         return task
@@ -316,7 +318,7 @@ def run_now(row: PeriodicSchedule) -> tuple[bool, str]:
         schedule = periodic_db.to_schedule(row)
     except BlitzqError as exc:
         return False, f"{name}: not run: {exc}"
-    spec = conf.registry.find(schedule.task)
+    spec = registry.find(schedule.task)
     if spec is None:
         return False, f"{name}: not run: task {schedule.task!r} is not registered."
     try:
@@ -436,20 +438,20 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
         return changelist
 
     def code_rows(self, request: HttpRequest) -> list[dict[str, Any]]:
-        registry: list[Schedule] = safely(
+        schedules: list[Schedule] = safely(
             request, "The schedules declared in code could not be read",
             lambda: list(client().schedule_registry), list(periodic.code_schedules))
-        found = _infos(request, registry) if registry else {}
+        found = _infos(request, schedules) if schedules else {}
         now = now_ms()
         out = []
-        for schedule in sorted(registry, key=lambda s: s.name):
+        for schedule in sorted(schedules, key=lambda s: s.name):
             info = found.get(schedule.name) if found else None
             out.append({"name": schedule.name, "task": schedule.task,
                         "timing": schedule.describe(), "source": schedule.source,
                         "zone": _zone_of(schedule) or "-",
                         "queue": info.queue if info else (schedule.queue or ""),
                         "missed": schedule.missed, "enabled": schedule.enabled,
-                        "registered": conf.registry.find(schedule.task) is not None,
+                        "registered": registry.find(schedule.task) is not None,
                         **describe_runs(schedule, info, now, readable=found is not None)})
         return out
 

@@ -11,11 +11,12 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from .. import conf
 from ..engine import MemoryBroker, Record, TaskHandle
 from ..engine.brokers.base import Enqueue
 from ..engine.core.message import Message, decode, pack, unpack
 from ..engine.errors import TaskNotRegistered
+from ..registry import registry
+from ..runtime import get_client
 from . import eager
 
 __all__ = ["EnqueuedTask", "TestBroker", "task_name"]
@@ -58,7 +59,7 @@ class EnqueuedTask:
     @property
     def handle(self) -> TaskHandle:
         """A handle on this message (its ``result()`` once it ran)."""
-        return TaskHandle(self.id, self.queue, conf.get_client())
+        return TaskHandle(self.id, self.queue, get_client())
 
     def matches(self, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
         """Whether it was enqueued with these arguments (compared as they travel: a
@@ -136,10 +137,10 @@ class TestBroker(MemoryBroker):
             if first != item.message_id:
                 return first  # the same key again: the first message is the one that ran
         message = decode(item.payload, max(len(item.payload), 1))
-        spec = conf.registry.find(message.task)
+        spec = registry.find(message.task)
         if spec is None:
             raise TaskNotRegistered(f"unknown task {message.task!r} (eager run)")
-        client = conf.get_client()
+        client = get_client()
         error = eager.run(message, spec, eager.settle_options(
             client.max_result_size, client.max_message_size), self._keep)
         if error is not None and self.propagate:

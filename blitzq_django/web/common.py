@@ -15,10 +15,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from .. import conf, queues, redaction
+from .. import queues, redaction
 from ..engine import Client
 from ..engine.core.record import Record
 from ..engine.errors import BlitzqError
+from ..runtime import get_client
 
 T = TypeVar("T")
 
@@ -27,7 +28,7 @@ ENGINE_ERRORS: tuple[type[BaseException], ...] = (BlitzqError, OSError, Improper
 
 
 def client() -> Client:
-    return conf.get_client()
+    return get_client()
 
 
 def known_queues(extra: Any = ()) -> list[str]:

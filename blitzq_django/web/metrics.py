@@ -20,13 +20,14 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from .. import conf
 from .. import queues as project_queues
 from ..engine import metrics as engine_metrics
 from ..engine.client import Client
 from ..engine.core.registry import unserved, workers_per_queue
 from ..engine.errors import BlitzqError
 from ..history import health
+from ..runtime import get_client, history_on
+from ..settings import get_settings
 
 #: What a scrape may meet when Redis cannot be read (as the admin pages: web/common.py).
 ENGINE_ERRORS: tuple[type[BaseException], ...] = (BlitzqError, OSError)
@@ -66,7 +67,7 @@ PERMISSION = "blitzq_django.view_queueoverview"
 
 
 def allowed(request: HttpRequest) -> bool:
-    token = conf.get_settings()["METRICS_TOKEN"]
+    token = get_settings()["METRICS_TOKEN"]
     header = request.headers.get("Authorization", "")
     if token and header.startswith("Bearer "):
         return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token.encode())
@@ -77,7 +78,7 @@ def allowed(request: HttpRequest) -> bool:
 
 def _refused(request: HttpRequest) -> HttpResponse:
     session = f"a staff session with the {PERMISSION} permission"
-    if conf.get_settings()["METRICS_TOKEN"]:
+    if get_settings()["METRICS_TOKEN"]:
         response = HttpResponse(f"a bearer token or {session} is needed\n", status=401,
                                 content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="blitzq"'
@@ -120,7 +121,7 @@ HISTORY_COUNTERS = (
 
 def _history(client: Client, found: dict[str, Any]) -> None:
     """Each queue's history health (with history on): {lost, unwritable, gaps, unread}."""
-    if not conf.history_on(conf.get_settings()):
+    if not history_on(get_settings()):
         return
     for h in health.read(client, list(found)):
         found[h.queue]["history"] = {"lost": h.lost, "unwritable": h.unwritable,
@@ -201,7 +202,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     try:
-        numbers = gather(conf.get_client())
+        numbers = gather(get_client())
     except ENGINE_ERRORS as exc:
         return _unreadable(exc)
     registry = CollectorRegistry(auto_describe=False)
@@ -215,7 +216,7 @@ def stats_view(request: HttpRequest) -> HttpResponse:
     if not allowed(request):
         return _refused(request)
     try:
-        numbers = gather(conf.get_client())
+        numbers = gather(get_client())
     except ENGINE_ERRORS as exc:
         return _unreadable(exc)
     for queue in numbers["queues"].values():

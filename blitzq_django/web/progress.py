@@ -28,12 +28,13 @@ from django.urls import path
 from django.utils.module_loading import import_string
 from django.views.decorators.http import require_GET
 
-from .. import conf
 from ..engine import progress as engine_progress
 from ..engine.client import Task, TaskHandle
 from ..engine.core.names import name_ok
 from ..engine.core.validate import check
 from ..engine.errors import BlitzqError
+from ..runtime import get_client
+from ..settings import default_queue, get_settings
 
 USER_HEADER = engine_progress.USER_HEADER
 #: The close code of a follower refused (permission) and of an unknown or bad request.
@@ -89,7 +90,7 @@ def _permission(path_: str) -> Any:
 
 
 def permitted(user: Any, task: Followed) -> bool:
-    return bool(_permission(conf.get_settings()["PROGRESS_PERMISSION"])(user, task))
+    return bool(_permission(get_settings()["PROGRESS_PERMISSION"])(user, task))
 
 
 # -- enqueueing for a user ----------------------------------------------------------------
@@ -112,12 +113,12 @@ class ForUser:
 
     def enqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
         handle = self._task.enqueue(*args, **kwargs)
-        engine_progress.claim(conf.get_client().broker, handle.queue, handle.id, self._owner)
+        engine_progress.claim(get_client().broker, handle.queue, handle.id, self._owner)
         return handle
 
     async def aenqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
         handle = await self._task.aenqueue(*args, **kwargs)
-        await engine_progress.aclaim(conf.get_client().broker, handle.queue, handle.id,
+        await engine_progress.aclaim(get_client().broker, handle.queue, handle.id,
                                      self._owner)
         return handle
 
@@ -140,7 +141,7 @@ def for_user(task: Task[Any, Any], request_or_user: Any) -> ForUser:
 
 
 def _queue(raw: Any) -> str:
-    queue = raw or conf.default_queue()
+    queue = raw or default_queue()
     if not isinstance(queue, str) or not name_ok(queue):
         raise ValueError("bad queue")
     return queue
@@ -162,7 +163,7 @@ def _jsonable(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _followed(message_id: str, queue: str) -> Followed:
-    client = conf.get_client()
+    client = get_client()
     raw = await engine_progress.aread_raw(client.broker, queue, message_id)
     return Followed(message_id, queue, engine_progress.owner_of(raw))
 
@@ -191,7 +192,7 @@ class TaskProgressConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.follower = asyncio.ensure_future(self._follow(message_id, queue))
 
     async def _follow(self, message_id: str, queue: str) -> None:
-        client = conf.get_client()
+        client = get_client()
         try:
             async for snapshot in engine_progress.afollow(client.broker, queue, message_id):
                 await self.send_json(_jsonable(snapshot))
@@ -239,7 +240,7 @@ def progress_view(request: HttpRequest, task_id: str) -> HttpResponse:
         queue = _queue(request.GET.get("queue"))
     except (BlitzqError, ValueError):
         return JsonResponse({"error": "bad task id or queue"}, status=400)
-    client = conf.get_client()
+    client = get_client()
     raw = engine_progress.read_raw(client.broker, queue, message_id)
     task = Followed(message_id, queue, engine_progress.owner_of(raw))
     if not permitted(request.user, task):

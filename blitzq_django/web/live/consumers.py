@@ -20,7 +20,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from ... import conf
+from ...runtime import get_client
 from ..common import known_queues
 from . import aggregator
 
@@ -36,7 +36,7 @@ def allowed(user: Any) -> bool:
 
 
 def make_aggregator() -> aggregator.Aggregator:
-    return aggregator.Aggregator(conf.get_client, known_queues)
+    return aggregator.Aggregator(get_client, known_queues)
 
 
 class DashboardConsumer(AsyncJsonWebsocketConsumer):
