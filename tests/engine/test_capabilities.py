@@ -13,6 +13,8 @@ from blitzq_django.engine import Client, MemoryBroker, RedisBroker
 from blitzq_django.engine.brokers.base import Enqueue
 from blitzq_django.engine.core.record import Record
 
+from ..support.waiting import wait_until
+
 Broker = RedisBroker | MemoryBroker
 
 
@@ -40,8 +42,8 @@ def test_an_expired_holder_can_neither_renew_nor_release_its_successors(broker: 
     old = broker.lease("default", "metrics", "old", 50)
     new = broker.lease("default", "metrics", "new", 10_000)
     assert old.hold()
-    time.sleep(0.1)  # the old holder stalls past its TTL
-    assert new.hold()
+    # The old holder stalls past its TTL: the new one takes the lease once it expired.
+    wait_until(new.hold, timeout=5, message="the old holder's lease to expire")
     assert not old.hold()  # compare-and-renew: not its token any more
     old.release()  # compare-and-delete: not its token, nothing deleted
     assert not broker.lease("default", "metrics", "third", 10_000).hold()
