@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from blitzq_django.engine import Client
+from blitzq_django.engine.brokers.base import RETRY, Delivery, Settlement
 from blitzq_django.engine.worker.execution import Executor
+from blitzq_django.engine.worker.inflight import Held, InFlight, QueueSlots
 from blitzq_django.engine.worker.listeners import (
     Listener,
+    Notifier,
     ObservedExecutor,
     Settled,
     Started,
@@ -142,3 +149,29 @@ def test_events_wait_for_a_slow_listener_not_the_tasks(client: Client) -> None:
 
 def handle_index(handles: list[Any], handle: Any) -> int:
     return handles.index(handle)
+
+
+@pytest.mark.asyncio
+async def test_a_retry_started_before_its_settlement_is_reported_is_told_after_it() -> None:
+    """Fast mode, no retry delay: the write that re-queues the message can hand it to
+    this worker's fetcher before the flusher reports that write. The second start must
+    still reach listeners after the first attempt's "retrying"."""
+    recorder = Recorder()
+    with ThreadPoolExecutor(1) as pool:
+        notifier = Notifier(name="w", listeners=[recorder], pool=pool, inflight=InFlight(2))
+        message = SimpleNamespace(id="m1")
+        first, second = (_held(message, entry) for entry in ("1-0", "2-0"))
+        notifier.started(first)
+        notifier.concluded(first, None, ValueError("no"))
+        notifier.started(second)  # fetched and started before the settlement is reported
+        settled = notifier.wrap(lambda settlement, ok: None)
+        settled(Settlement(first.delivery, RETRY, "m1", state="retrying"), True)
+        await notifier.drain(5)
+    assert recorder.of("m1") == ["started", "retrying", "started"]
+
+
+def _held(message: Any, entry: str) -> Held:
+    delivery = Delivery("default", entry, b"")
+    held = Held(delivery, delivery.key, 0.0, QueueSlots("default", 1))
+    held.message, held.started_ms = message, 1
+    return held

@@ -128,6 +128,10 @@ class Notifier:
         self._inflight = inflight
         #: delivery key -> (value, error) of its attempt, until its settlement is written
         self._outcomes: dict[Key, tuple[Any, BaseException | None]] = {}
+        #: message id -> the starts of its next attempts, held back until the settlement
+        #: of the attempt before is told: a retry due at once (fast mode, no delay) may be
+        #: fetched and started before the flusher reports the write that re-queued it
+        self._settling: dict[str, list[Started]] = {}
         self._queue: deque[tuple[Callable[[Listener, Any], None], Any]] = deque()
         #: the drain job, while one runs; True while one is due at the end of this loop
         #: iteration (the events of one iteration go in one job)
@@ -136,12 +140,17 @@ class Notifier:
     # -- from the executor (on the loop) -------------------------------------------
 
     def started(self, held: Held) -> None:
-        self._emit(_call_started, Started(held.message, self._name,
-                                          held.started_ms or now_ms(),
-                                          held.delivery.delivery_count))
+        event = Started(held.message, self._name, held.started_ms or now_ms(),
+                        held.delivery.delivery_count)
+        waiting = self._settling.get(held.message.id)
+        if waiting is not None:
+            waiting.append(event)
+        else:
+            self._emit(_call_started, event)
 
     def concluded(self, held: Held, value: Any, error: BaseException | None) -> None:
         self._outcomes[held.key] = (value, error)
+        self._settling.setdefault(held.message.id, [])
 
     # -- from the flusher (on the loop) ---------------------------------------------
 
@@ -161,6 +170,8 @@ class Notifier:
             if ok:  # not: the lease was lost, or the settlement given up (not written)
                 self._emit(_call_settled, self._event(
                     settlement, held.message if held is not None else None, value, error))
+            for later in self._settling.pop(settlement.message_id, ()):
+                self._emit(_call_started, later)
 
         return settled
 
