@@ -51,8 +51,11 @@ def test_children_that_keep_failing_to_start_make_the_pool_give_up(tmp_path: Pat
     assert code == EXIT_FAILED, text
     assert f"failed to start {MAX_START_FAILURES} times in a row (last: exit code 1)" in text
     assert "giving up" in text
-    assert text.count("ImportError: cannot import name SimpleCookie") == len(marker.read_text())
-    assert MAX_START_FAILURES <= len(marker.read_text()) <= 2 * MAX_START_FAILURES
+    # Each failure it counted was logged; a child still starting when it gave up is
+    # stopped with the pool, maybe before its own error was printed.
+    starts = len(marker.read_text())
+    failures = text.count("ImportError: cannot import name SimpleCookie")
+    assert MAX_START_FAILURES <= failures <= starts <= 2 * MAX_START_FAILURES, text
 
 
 def test_a_child_stopped_before_its_supervisor_is_not_started_again(tmp_path: Path) -> None:
