@@ -28,9 +28,9 @@ Steps 4 and 5 start first and run beside step 3: each waits on its own Redis,
 processes and database far more than it computes. When both run, step 3 leaves
 ``tests/django`` to them (``--ignore``): it is then run twice, on PostgreSQL with
 Django 5.2 and on SQLite with Django 6, instead of three times. When either is
-skipped, step 3 runs the whole of ``tests/``. Measured: 1570 s on this 2-core machine
-from a fresh clone with the steps one after the other; CI's whole run took 875 s
-with steps 4 and 5 beside step 3 (stop 25). Their output is printed whole, one after the
+skipped, step 3 runs the whole of ``tests/``. Measured on a 2-core machine from a fresh
+clone: 1570 s with the steps one after the other, 888 s with steps 4 and 5 beside
+step 3. Their output is printed whole, one after the
 other, once step 3 ends.
 
 Only the standard library is used here: this file runs before anything is installed.
