@@ -245,7 +245,7 @@ class ProgressReporter:
             await awrite(self._broker, key[0], key[1], progress)
             self.writes += 1
         except Exception:  # noqa: BLE001 - progress is best effort; the task goes on
-                    logging.getLogger("blitzq").warning("progress of %s not written", key[1],
+            logging.getLogger("blitzq").warning("progress of %s not written", key[1],
                                                 exc_info=True)
 
     async def drain(self, timeout: float = 5.0) -> None:

@@ -241,11 +241,14 @@ def progress_view(request: HttpRequest, task_id: str) -> HttpResponse:
     except (BlitzqError, ValueError):
         return JsonResponse({"error": "bad task id or queue"}, status=400)
     client = get_client()
+    # The record first: a task's last report is written before its outcome, so a final
+    # record read first comes with that report (read the other way round, the report
+    # could be the one before it).
+    record = client.broker.get_record(queue, message_id)
     raw = engine_progress.read_raw(client.broker, queue, message_id)
     task = Followed(message_id, queue, engine_progress.owner_of(raw))
     if not permitted(request.user, task):
         return JsonResponse({"error": "forbidden"}, status=403)
-    record = client.broker.get_record(queue, message_id)
     snapshot = engine_progress.snapshot(record, raw)
     snapshot["id"] = message_id
     return JsonResponse(_jsonable(snapshot))
