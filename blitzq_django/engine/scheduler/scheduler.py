@@ -39,7 +39,6 @@ from ..core.schedules import Schedule, first_baseline, plan
 from ..core.validate import POLICY_OPTIONS, expiry_ms, priority_lane
 from ..errors import BlitzqError, BrokerError, BrokerUnavailable
 from .promoting import promote_forever
-from .store import store_of
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -76,7 +75,7 @@ class Scheduler:
                  clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.broker = client.broker
-        self.store = store_of(client.broker)
+        self.store = client.broker.periodic  # brokers/capabilities.py PeriodicStore
         self.sources: list[ScheduleSource] = list(
             sources if sources is not None else [client.schedule_registry])
         self.promote = promote
