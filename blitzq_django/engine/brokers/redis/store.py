@@ -289,11 +289,14 @@ class Listener:
     channel's slot; classic channels are broadcast to every node of a cluster)."""
 
     def __init__(self, client: Any, sharded: bool) -> None:
+        self._client = client
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)
         self._sharded = sharded
 
     async def subscribe(self, *channels: str) -> None:
         if self._sharded:
+            # the slot map, which a first command would have read (the channels' nodes)
+            await self._client.initialize()
             await self._pubsub.ssubscribe(*channels)
         else:
             await self._pubsub.subscribe(*channels)
