@@ -34,7 +34,6 @@ from . import topology
 from .ops import Op
 from .topology import redact
 
-
 #: Longest one Redis call waits for its reply (``redis_options`` may change it), so a
 #: stalled server or a black-holed network costs a caller this much, not forever. It must
 #: be longer than the longest command that blocks on purpose: the worker's XREADGROUP

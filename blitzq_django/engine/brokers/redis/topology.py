@@ -215,19 +215,20 @@ class Cluster(redis.cluster.RedisCluster):
     """RedisCluster that does not send a command again after a timeout: it may have run
     (redis-py retries timeouts like connection errors)."""
 
-    ERRORS_ALLOW_RETRY = tuple(e for e in redis.cluster.RedisCluster.ERRORS_ALLOW_RETRY
-                               if e is not RedisTimeoutError)
+    ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
+        e for e in redis.cluster.RedisCluster.ERRORS_ALLOW_RETRY if e is not RedisTimeoutError)
 
 
 class AsyncCluster(redis.asyncio.cluster.RedisCluster):
     """redis.asyncio's RedisCluster with the same rule as :class:`Cluster`."""
 
-    ERRORS_ALLOW_RETRY = tuple(e for e in redis.asyncio.cluster.RedisCluster.ERRORS_ALLOW_RETRY
-                               if e is not RedisTimeoutError)
+    ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
+        e for e in redis.asyncio.cluster.RedisCluster.ERRORS_ALLOW_RETRY
+        if e is not RedisTimeoutError)
 
 
 def _query_options(query: dict[str, str]) -> dict[str, Any]:
-    parsers = redis.connection.URL_QUERY_ARGUMENT_PARSERS
+    parsers: dict[str, Any] = dict(redis.connection.URL_QUERY_ARGUMENT_PARSERS)
     out: dict[str, Any] = {}
     for name, value in query.items():
         parser = parsers.get(name)
