@@ -80,3 +80,35 @@ def test_cluster_master_failover(cluster: topology.Cluster) -> None:
         cluster.wait_failover(cluster.kill_master(slot))
 
     asyncio.run(_survive(client, kill, queue))
+
+
+def test_sentinel_demoted_master_sends_writes_to_the_new_one(
+        sentinels: topology.SentinelSet) -> None:
+    """SENTINEL FAILOVER demotes the master with every connection to it open: the next
+    write there is answered READONLY (it did not run), and goes to the new master, at
+    once, sync and async."""
+    client = Client(RedisBroker(sentinels.url(), namespace="demoted"))
+
+    @client.task(name="echo", queue="q")
+    async def echo(x: int) -> int:
+        return x
+
+    def demote() -> topology.Node:
+        old = sentinels.master()
+        sentinels.sentinels[0].call("SENTINEL", "FAILOVER", sentinels.service)
+        topology.wait_for(lambda: topology.info(old.port, "replication").get("role")
+                          == "slave" and sentinels.sentinels_agree() not in (None, old.port),
+                          30, "the master to be demoted")
+        return sentinels.master()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        await echo.aenqueue(1)
+        await loop.run_in_executor(None, echo.enqueue, 2)  # both hold a connection
+        new = await loop.run_in_executor(None, demote)
+        await echo.aenqueue(3)
+        await loop.run_in_executor(None, echo.enqueue, 4)
+        ready = new.call("XLEN", "bq:{demoted:q}:s")
+        assert ready == 4, ready  # the 2 before (replicated) and the 2 after
+
+    asyncio.run(main())

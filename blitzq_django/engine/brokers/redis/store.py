@@ -166,12 +166,7 @@ class SyncStore:
         self._local = threading.local()
         #: a Redis Cluster: commands are routed by redis-py, one node per slot
         self.cluster = topology.is_cluster(client)
-        # A Sentinel-watched master: each call takes a connection from the pool, which
-        # asks the sentinels where the master is whenever it connects. A connection a
-        # thread keeps would, once its master died, reconnect to the dead address for
-        # ever (redis-py reconnects a kept connection without asking the sentinels).
-        self._shared = self.cluster or isinstance(
-            getattr(client, "connection_pool", None), redis.sentinel.SentinelConnectionPool)
+
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> SyncStore:
@@ -180,7 +175,9 @@ class SyncStore:
     def _own(self) -> redis.Redis:
         """This thread's client, made again in a forked child (the parent's connection is
         not its own: redis-py closes the child's copy without shutting the socket down)."""
-        if self._shared:  # a cluster (a pool per node), or Sentinel (see __init__)
+        # On Sentinel, the kept connection asks the sentinels for the master whenever it
+        # reconnects (topology.SentinelConnection).
+        if self.cluster:  # RedisCluster keeps a pool per node: no connection of its own
             return self.client
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
