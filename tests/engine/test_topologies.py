@@ -13,10 +13,12 @@ import pytest
 import redis
 import redis.cluster
 
-from blitzq_django.engine import Client, RedisBroker
+from blitzq_django.engine import CallOptions, Client, RedisBroker, current_task, metrics
 from blitzq_django.engine.brokers.redis import scripts, topology
 from blitzq_django.engine.brokers.redis.store import redact
 from blitzq_django.engine.client import TaskFailed
+from blitzq_django.engine.core.schedules import build
+from blitzq_django.engine.scheduler import Scheduler
 
 from .helpers import arun_burst, run_burst
 
@@ -128,8 +130,62 @@ def _exercise(client: Client, queues: list[str]) -> dict[str, Any]:
     found["seen"] = client.seen_queues()
     found["workers"] = client.workers()
     found["inspect"] = client.inspect(first.id, queue=queues[0])
+    found.update(asyncio.run(_exercise_more(client, queues)))
     broker.close()
     return found
+
+
+async def _exercise_more(client: Client, queues: list[str]) -> dict[str, Any]:
+    """The flows beside enqueue and work: progress, the scheduler, leases, the history's
+    and the metrics' reads, a worker's recovery, renewal, retirement and pruning."""
+    broker = client.broker
+    assert isinstance(broker, RedisBroker)
+    found: dict[str, Any] = {}
+
+    @client.task(name="slow")
+    def slow() -> int:
+        current_task().progress(1, 2, "half")
+        return 1
+
+    handle = slow.options(queue=queues[2]).enqueue()
+    await arun_burst(client, queues=[queues[2]])
+    assert (await client.aget_result(handle.id, 5, queue=queues[2])).result == 1
+    found["progress"] = client.progress(handle.id, queue=queues[2])
+    client.schedule_registry.add(build("tick", "add", every=60, args=(1, 1),
+                                       queue=queues[1]))
+    scheduler = Scheduler(client, promote=False)
+    await scheduler.load()
+    found["dispatched"] = sum(d.dispatched for d in await scheduler.tick(
+        int(time.time() * 1000) + 120_000))
+    lease = broker.lease(queues[0], "history", "token", 5000)
+    assert lease.hold() and lease.hold()
+    lease.release()
+    read = broker.history.read(queues[0], "history", "h1", 100, 0, None)
+    found["history"] = len(read.events)
+    broker.history.add_unwritable(queues[0], int(time.time() * 1000), "refused")
+    found["health"] = broker.history.health(queues[0], "history")[0]
+    found["folded"] = metrics.fold(client, queues[1])
+    # without track_state: a plain message (enqueue_plain.lua)
+    Client(broker, registry=client.registry).enqueue(
+        client.registry.get("add"), (2, 3), call=CallOptions(queue=queues[0]))
+    await broker.prepare([queues[0]])
+    held = await broker.fetch([queues[0]], "gone", 10, 0)  # a worker that will die
+    assert held
+    assert not await broker.renew("gone", held)  # still this consumer's: none lost
+    claimed, _deleted = await broker.recover(queues[0], "heir", 0, 10)
+    found["recovered"] = len(claimed)
+    await broker.retire([queues[0]], "gone")
+    found["pruned"] = await broker.prune_consumers(queues[0], 0)
+    await broker.aclose()
+    return found
+
+
+def _check_more(found: dict[str, Any]) -> None:
+    assert found["progress"] is not None and found["progress"].note == "half"
+    assert found["dispatched"] == 1
+    assert found["history"] > 0 and found["health"].get("unwritable") == "1"
+    assert found["folded"] > 0
+    assert found["recovered"] == 1
 
 
 class _Monitor:
@@ -195,8 +251,8 @@ def test_every_script_names_in_keys_each_key_it_touches(redis_url: str,
             declared = set(args[3:3 + int(args[2])])
     probe.close()
     assert not undeclared, undeclared
-    assert {"enqueue", "complete", "fetch", "cancel", "promote", "rate", "stats",
-            "dead_letters", "heartbeat", "purge"} <= seen, seen
+    every = {s.name for s in vars(scripts).values() if isinstance(s, scripts.Script)}
+    assert seen == every, every - seen
 
 
 _ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b", "\\": b"\\",
@@ -271,6 +327,7 @@ def test_cluster_runs_every_flow_on_queues_of_three_masters(
     assert found["dead"] == 1
     assert set(queues) <= set(found["seen"])
     assert found["inspect"] is not None and found["inspect"].state == "succeeded"
+    _check_more(found)
     nodes = {cluster.get_node_from_key(f"bq:{{{namespace}:{q}}}:s").name for q in queues}
     assert len(nodes) == 3
 
@@ -341,6 +398,7 @@ def test_sentinel_runs_every_flow(sentinel_url: str, namespace: str) -> None:
     try:
         found = _exercise(client, ["s1", "s2", "s3"])
         assert found["dead"] == 1
+        _check_more(found)
     finally:
         master = topology.sync_client(sentinel_url, {})
         _drop_namespace(master, namespace)
