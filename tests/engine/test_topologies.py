@@ -111,8 +111,14 @@ def _exercise(client: Client, queues: list[str]) -> dict[str, Any]:
     assert client.cancel(later.id, queue=queues[0]).outcome == "cancelled"
     assert client.cancel(revoked.id, queue=queues[2]).outcome == "revoked"
     failing = boom.options(queue=queues[0]).enqueue()
-    moved, _ = asyncio.run(broker.promote(queues[1], int(time.time() * 1000) + 7_200_000,
-                                          100))
+
+    async def promote() -> tuple[int, int]:
+        try:
+            return await broker.promote(queues[1], int(time.time() * 1000) + 7_200_000, 100)
+        finally:
+            await broker.aclose()
+
+    moved, _ = asyncio.run(promote())
     assert moved == 1
     run_burst(client, queues=queues)
     found["results"] = [h.result(timeout=5) for h in [*handles, first, high, promoted]]
@@ -383,7 +389,10 @@ def test_cluster_get_result_waits_on_the_shard_channel(
             assert time.monotonic() < deadline, "the waiters never subscribed"
             await asyncio.sleep(0.01)
         await arun_burst(client, queues=[queue])
-        return await task
+        try:
+            return await task
+        finally:
+            await client.broker.aclose()  # type: ignore[union-attr]
 
     assert asyncio.run(main()).result == 2
     waiter.join(30)

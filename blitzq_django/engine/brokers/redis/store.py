@@ -145,6 +145,12 @@ async def _apooled(pool: Any) -> Any:
         return await pool.get_connection("EVALSHA")
 
 
+def _sentinels(client: Any) -> list[Any]:
+    """The clients of the sentinels a Sentinel-watched master's pool asks (else [])."""
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    return list(getattr(manager, "sentinels", ()))
+
+
 def _finish(ops: Sequence[Op], replies: list[Any]) -> list[Any]:
     out = []
     for op, reply in zip(ops, replies, strict=True):
@@ -278,6 +284,8 @@ class SyncStore:
 
     def close(self) -> None:
         self.client.close()
+        for sentinel in _sentinels(self.client):  # their connections are not the pool's
+            sentinel.close()
 
 
 #: A shard subscription spread over several cluster nodes is read node after node, this
@@ -446,3 +454,5 @@ class AsyncStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+        for sentinel in _sentinels(self.client):
+            await sentinel.aclose()
