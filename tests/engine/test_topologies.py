@@ -412,3 +412,27 @@ def test_sentinel_runs_every_flow(sentinel_url: str, namespace: str) -> None:
         master = topology.sync_client(sentinel_url, {})
         _drop_namespace(master, namespace)
         master.close()
+
+
+def test_cluster_pipeline_sends_a_moved_command_to_its_node(
+        cluster_url: str, namespace: str, cluster: redis.cluster.RedisCluster) -> None:
+    """A slot map gone stale (a failover, a resharding): the node answers MOVED, and the
+    command is sent again to the node serving the slot now, once."""
+    queue = _spread_queues(cluster, namespace, 1)[0]
+    client = Client(RedisBroker(cluster_url, namespace=namespace))
+    broker = client.broker
+    assert isinstance(broker, RedisBroker)
+    stream = broker.keys.queue(queue).stream
+    routed = broker.sync.client
+    slot = routed.keyslot(stream)
+    right = routed.nodes_manager.slots_cache[slot][0]
+    wrong = next(n for n in routed.get_primaries() if n.name != right.name)
+    routed.nodes_manager.slots_cache[slot] = [wrong]
+
+    @client.task(name="echo", queue=queue)
+    def echo(x: int) -> int:
+        return x
+
+    echo.enqueue(1)  # the queue's first write: a pipeline with the seen queues' SADD
+    assert cluster.xlen(stream) == 1
+    broker.close()
