@@ -37,7 +37,7 @@ from ..base import (
     ready_holds,
 )
 from ..capabilities import ServerFacts
-from . import ops
+from . import ops, topology
 from .attachments import RedisAttachmentStore
 from .facts import server_facts
 from .history import RedisHistoryStore
@@ -146,6 +146,12 @@ class RedisBroker:
         self.dead_letter_max = dead_letter_max
         self._options = redis_options or {}
         self._sync = SyncStore(sync_client, url) if sync_client is not None else None
+        #: a Redis Cluster: a queue's channels are shard channels (SPUBLISH, SSUBSCRIBE),
+        #: served by the node of the queue's slot
+        self.sharded = (self._sync.cluster if self._sync is not None
+                        else topology.kind_of(url) == topology.CLUSTER)
+        #: the verb the scripts publish a queue's channels with
+        self.publish = "SPUBLISH" if self.sharded else "PUBLISH"
         self._async: dict[asyncio.AbstractEventLoop, AsyncStore] = {}
         #: queues added to the seen queues since ``_seen_until`` (ms) was set; from then on
         #: a write adds its queue again (every queue in use comes back within
@@ -247,6 +253,7 @@ class RedisBroker:
             now_ms=(now_ms or clock_ms()) if self.events_maxlen else 0,
             mode=mode,
             details=self.event_details,
+            publish=self.publish,
         )
 
     def _enqueue_plan(self, items: Sequence[Enqueue]) -> tuple[list[Op], list[list[int]]]:
@@ -503,7 +510,7 @@ class RedisBroker:
         get = ops.get(keys.record(message_id))
         deadline = time.monotonic() + max(timeout, 0.0)
         limit = deadline + REPLY_GRACE_S
-        pool = dedicated_pool(self.sync.client, limit - time.monotonic())
+        pool = dedicated_pool(self.sync.client, limit - time.monotonic(), keys.tag)
         pubsub: redis.client.PubSub | None = None
         connection = pool.make_connection()
         with mapped_errors(self.url):
@@ -519,7 +526,10 @@ class RedisBroker:
                         # takes the subscription's confirmation, so the next GET runs
                         # subscribed: a record written from then on also wakes us up.
                         pubsub = redis.client.PubSub(pool, ignore_subscribe_messages=True)
-                        pubsub.subscribe(keys.done_channel(message_id))
+                        if self.sharded:
+                            pubsub.ssubscribe(keys.done_channel(message_id))
+                        else:
+                            pubsub.subscribe(keys.done_channel(message_id))
                     pubsub.get_message(timeout=min(remaining, RESULT_POLL_S))
             finally:
                 if pubsub is not None:
@@ -541,7 +551,7 @@ class RedisBroker:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         with mapped_errors(self.url):
-            pubsub = self.aio.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.aio.listener(sharded=True)
             try:
                 await pubsub.subscribe(keys.done_channel(message_id))
                 while True:
@@ -549,7 +559,7 @@ class RedisBroker:
                     remaining = deadline - loop.time()
                     if (record is not None and record.is_final) or remaining <= 0:
                         return record
-                    await pubsub.get_message(timeout=min(remaining, RESULT_POLL_S))
+                    await pubsub.get(min(remaining, RESULT_POLL_S))
             finally:
                 await pubsub.aclose()
 
@@ -573,10 +583,12 @@ class RedisBroker:
 
     def workers(self, now_ms: int) -> list[bytes]:
         """Encoded WorkerInfo of every worker whose entry has not expired."""
-        return self.sync.run(ops.workers(self.keys, now_ms))
+        names = self.sync.run(ops.worker_names(self.keys, now_ms))
+        return self.sync.run(ops.worker_infos(self.keys, names)) if names else []
 
     async def aworkers(self, now_ms: int) -> list[bytes]:
-        return await self.aio.run(ops.workers(self.keys, now_ms))
+        names = await self.aio.run(ops.worker_names(self.keys, now_ms))
+        return await self.aio.run(ops.worker_infos(self.keys, names)) if names else []
 
     # -- dead letters --------------------------------------------------------
 
@@ -638,7 +650,7 @@ class RedisBroker:
                           final_states=_FINAL, known=known, record=scheduled.record,
                           expected=body, unique_key=scheduled.unique_key,
                           task=scheduled.task, attempt=scheduled.attempt,
-                          events_maxlen=self.events_maxlen)
+                          events_maxlen=self.events_maxlen, publish=self.publish)
 
     def cancel(self, queue: str, message_id: str,
                scheduled: Callable[[bytes], ScheduledCancel],
@@ -678,14 +690,14 @@ class RedisBroker:
                                  on_listening: Callable[[], None]) -> None:
         """Subscribe to the revocation channel (one connection) until cancelled."""
         with mapped_errors(self.url):
-            pubsub = self.aio.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.aio.listener()
             try:
                 await pubsub.subscribe(self.keys.revocation_channel)
                 on_listening()
                 while True:
                     # Not forever: each return lets the pubsub check its connection.
-                    message = await pubsub.get_message(timeout=LISTEN_POLL_S)
-                    if message is None or message.get("type") != "message":
+                    message = await pubsub.get(LISTEN_POLL_S)
+                    if message is None:
                         continue
                     data = message["data"]
                     queue, _, message_id = (data.decode(errors="replace")
@@ -815,7 +827,7 @@ class RedisBroker:
             batch.append(ops.complete(keys, consumer, items, record_ttl=self.record_ttl,
                                       dead_letter_max=self.dead_letter_max, now_ms=now_ms,
                                       token=token, events_maxlen=events_maxlen,
-                                      mode=self.storage_mode(queue)))
+                                      mode=self.storage_mode(queue), publish=self.publish))
         replies = await self.aio.run_many(batch)
         settled = [False] * len(settlements)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
