@@ -277,7 +277,8 @@ LIMITS: dict[str, limits.Limit] = {
 SECRET_KEYS = frozenset({"REDIS_URL", "REDIS_OPTIONS", "METRICS_TOKEN"})
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel",
+                 "redis+cluster", "rediss+cluster")
 BROKERS = ("redis", "memory")
 DELIVERY_MODES = ("reliable", "fast")
 HISTORY_MODES = ("all", "failures", "off")

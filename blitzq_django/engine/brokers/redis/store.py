@@ -34,7 +34,6 @@ from . import topology
 from .ops import Op
 from .topology import redact
 
-
 #: Longest one Redis call waits for its reply (``redis_options`` may change it), so a
 #: stalled server or a black-holed network costs a caller this much, not forever. It must
 #: be longer than the longest command that blocks on purpose: the worker's XREADGROUP
@@ -168,6 +167,7 @@ class SyncStore:
         #: a Redis Cluster: commands are routed by redis-py, one node per slot
         self.cluster = topology.is_cluster(client)
 
+
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> SyncStore:
         return cls(topology.sync_client(url, client_options(options, url)), url)
@@ -175,6 +175,8 @@ class SyncStore:
     def _own(self) -> redis.Redis:
         """This thread's client, made again in a forked child (the parent's connection is
         not its own: redis-py closes the child's copy without shutting the socket down)."""
+        # On Sentinel, the kept connection asks the sentinels for the master whenever it
+        # reconnects (topology.SentinelConnection).
         if self.cluster:  # RedisCluster keeps a pool per node: no connection of its own
             return self.client
         local = self._local
@@ -289,11 +291,14 @@ class Listener:
     channel's slot; classic channels are broadcast to every node of a cluster)."""
 
     def __init__(self, client: Any, sharded: bool) -> None:
+        self._client = client
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)
         self._sharded = sharded
 
     async def subscribe(self, *channels: str) -> None:
         if self._sharded:
+            # the slot map, which a first command would have read (the channels' nodes)
+            await self._client.initialize()
             await self._pubsub.ssubscribe(*channels)
         else:
             await self._pubsub.subscribe(*channels)
