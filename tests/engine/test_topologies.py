@@ -111,8 +111,14 @@ def _exercise(client: Client, queues: list[str]) -> dict[str, Any]:
     assert client.cancel(later.id, queue=queues[0]).outcome == "cancelled"
     assert client.cancel(revoked.id, queue=queues[2]).outcome == "revoked"
     failing = boom.options(queue=queues[0]).enqueue()
-    moved, _ = asyncio.run(broker.promote(queues[1], int(time.time() * 1000) + 7_200_000,
-                                          100))
+
+    async def promote() -> tuple[int, int]:
+        try:
+            return await broker.promote(queues[1], int(time.time() * 1000) + 7_200_000, 100)
+        finally:
+            await broker.aclose()
+
+    moved, _ = asyncio.run(promote())
     assert moved == 1
     run_burst(client, queues=queues)
     found["results"] = [h.result(timeout=5) for h in [*handles, first, high, promoted]]
@@ -384,7 +390,10 @@ def test_cluster_get_result_waits_on_the_shard_channel(
             assert time.monotonic() < deadline, "the waiters never subscribed"
             await asyncio.sleep(0.01)
         await arun_burst(client, queues=[queue])
-        return await task
+        try:
+            return await task
+        finally:
+            await client.broker.aclose()  # type: ignore[union-attr]
 
     assert asyncio.run(main()).result == 2
     waiter.join(30)
@@ -404,3 +413,27 @@ def test_sentinel_runs_every_flow(sentinel_url: str, namespace: str) -> None:
         master = topology.sync_client(sentinel_url, {})
         _drop_namespace(master, namespace)
         master.close()
+
+
+def test_cluster_pipeline_sends_a_moved_command_to_its_node(
+        cluster_url: str, namespace: str, cluster: redis.cluster.RedisCluster) -> None:
+    """A slot map gone stale (a failover, a resharding): the node answers MOVED, and the
+    command is sent again to the node serving the slot now, once."""
+    queue = _spread_queues(cluster, namespace, 1)[0]
+    client = Client(RedisBroker(cluster_url, namespace=namespace))
+    broker = client.broker
+    assert isinstance(broker, RedisBroker)
+    stream = broker.keys.queue(queue).stream
+    routed = broker.sync.client
+    slot = routed.keyslot(stream)
+    right = routed.nodes_manager.slots_cache[slot][0]
+    wrong = next(n for n in routed.get_primaries() if n.name != right.name)
+    routed.nodes_manager.slots_cache[slot] = [wrong]
+
+    @client.task(name="echo", queue=queue)
+    def echo(x: int) -> int:
+        return x
+
+    echo.enqueue(1)  # the queue's first write: a pipeline with the seen queues' SADD
+    assert cluster.xlen(stream) == 1
+    broker.close()

@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.cluster
 import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
@@ -145,6 +146,12 @@ async def _apooled(pool: Any) -> Any:
         return await pool.get_connection("EVALSHA")
 
 
+def _sentinels(client: Any) -> list[Any]:
+    """The clients of the sentinels a Sentinel-watched master's pool asks (else [])."""
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    return list(getattr(manager, "sentinels", ()))
+
+
 def _finish(ops: Sequence[Op], replies: list[Any]) -> list[Any]:
     out = []
     for op, reply in zip(ops, replies, strict=True):
@@ -222,10 +229,27 @@ class SyncStore:
         return _finish(ops, replies)
 
     def _pipeline(self, ops: Sequence[Op]) -> list[Any]:
+        if self.cluster:
+            return self._cluster_pipeline(ops)
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
             _queue(pipe, op)
         return pipe.execute(raise_on_error=False)
+
+    def _cluster_pipeline(self, ops: Sequence[Op]) -> list[Any]:
+        # redis-py's cluster pipeline sends again, one at a time, every command whose node
+        # answered MOVED, ASK... or timed out: not a timed-out one here (it may have run).
+        pipe = self.client.pipeline(transaction=False)
+        replies = list(pipe.send_cluster_commands(  # type: ignore[attr-defined]
+            [redis.cluster.PipelineCommand(_command(op), {}, i) for i, op in enumerate(ops)],
+            raise_on_error=False, allow_redirections=False))
+        for i, reply in enumerate(replies):
+            if isinstance(reply, topology.NOT_RUN):
+                try:
+                    replies[i] = self.client.execute_command(*_command(ops[i]))
+                except (redis.RedisError, OSError) as exc:
+                    replies[i] = exc
+        return replies
 
     def run_streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
         """Every op's result, in order, as run_many() of all groups would give, but each
@@ -278,6 +302,8 @@ class SyncStore:
 
     def close(self) -> None:
         self.client.close()
+        for sentinel in _sentinels(self.client):  # their connections are not the pool's
+            sentinel.close()
 
 
 #: A shard subscription spread over several cluster nodes is read node after node, this
@@ -446,3 +472,5 @@ class AsyncStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+        for sentinel in _sentinels(self.client):
+            await sentinel.aclose()

@@ -35,7 +35,9 @@ that may have run, unless it is idempotent):
 - Cluster: ``MOVED`` and ``ASK`` are followed, ``TRYAGAIN`` re-sent after 50 ms (none
   of these ran the command), ``CLUSTERDOWN`` and a connection error re-read the slot map
   and send again (redis-py, ``cluster_error_retry_attempts``). A timeout is not retried
-  (redis-py would: :class:`Cluster` removes it from the retried errors).
+  (redis-py would: :class:`Cluster` removes it from the retried errors, and the sync
+  store's pipelines send again only the commands of ``NOT_RUN``; the async store times
+  calls out itself, so redis-py never sees a timeout there).
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.connection
 import redis.sentinel
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 SINGLE, SENTINEL, CLUSTER = "single", "sentinel", "cluster"
@@ -214,6 +224,13 @@ def _redacted_query(query: str) -> str:
 
 
 # -- clients --------------------------------------------------------------------------
+
+
+#: Cluster replies of a command that did not run (the node does not serve its slot now,
+#: or is failing over), or a connection error (sent again, as on one server: see
+#: store.client_options): such a command of a pipeline is sent again on its own.
+NOT_RUN = (MovedError, AskError, TryAgainError, ClusterDownError, SlotNotCoveredError,
+           RedisConnectionError)
 
 
 class Cluster(redis.cluster.RedisCluster):
