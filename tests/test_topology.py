@@ -46,7 +46,7 @@ def test_session_urls(cluster_url: str, sentinel_url: str) -> None:
     assert topology.cluster_info(port)["cluster_state"] == "ok"
 
 
-def test_a_failing_start_leaves_nothing_behind(tmp_path: object) -> None:
+def test_a_failing_start_leaves_nothing_behind() -> None:
     cluster = topology.Cluster()
     cluster.nodes[0].args.append("--no-such-option")
     with pytest.raises(topology.TopologyError, match="exited"):
