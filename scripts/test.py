@@ -5,6 +5,7 @@
     python3 scripts/test.py -k retry -x      # unknown arguments go to pytest
     python3 scripts/test.py -- --help        # everything after "--" goes to pytest
     python3 scripts/test.py --no-django6     # not the Django 6 pass (quicker local runs)
+    python3 scripts/test.py --no-topology    # not the Sentinel/Cluster pass (step 6)
 
 Steps, in order; a failing step does not stop the later ones, and the summary at
 the end lists them all:
@@ -16,6 +17,15 @@ the end lists them all:
    ``mypy`` over ``blitzq_django/`` and ``tests/test_types.py`` (``[tool.mypy]`` in
    pyproject.toml).
 3. pytest over ``tests/`` (SQLite). Exit code 5, "no tests collected", is a failure.
+   Before it, one Redis Cluster (3 masters with a replica each) and one Sentinel set
+   (1 master, 2 replicas, 3 sentinels) start on free loopback ports from
+   ``redis-server`` alone (``tests/support/topology.py``, imported by path: stdlib
+   only); every pass gets their URLs in ``BLITZQ_TEST_CLUSTER_URL`` and
+   ``BLITZQ_TEST_SENTINEL_URL``, and they are torn down after the last pass, whatever
+   happened. The engine's behaviour tests run on one server, on Sentinel and on
+   Cluster; this pass runs the Sentinel and Cluster cases of the core modules
+   (``DEFAULT_PASS_MODULES`` in tests/engine/conftest.py), pytest.ini's ``-m "not
+   topology"`` leaves the others to step 6.
 4. The Django tests (``tests/django``) again on PostgreSQL when one is reachable
    (``DATABASE_URL``, else ``postgres://postgres@127.0.0.1:5432/test``); skipped
    with the reason otherwise.
@@ -23,8 +33,10 @@ the end lists them all:
    dashboard's pages are drawn differently by each Django) again with Django 6 in
    ``.venv-dj6``, on Python 3.12+ (skipped with the reason when there is none, or with
    ``--no-django6``).
+6. The Sentinel and Cluster cases left out of step 3: ``pytest -m topology
+   tests/engine``, on the same cluster and Sentinel set (``--no-topology`` skips it).
 
-Steps 4 and 5 start first and run beside step 3: each waits on its own Redis,
+Steps 4, 5 and 6 start first and run beside step 3: each waits on its own Redis,
 processes and database far more than it computes. When both run, step 3 leaves
 ``tests/django`` to them (``--ignore``): it is then run twice, on PostgreSQL with
 Django 5.2 and on SQLite with Django 6, instead of three times. When either is
@@ -422,6 +434,25 @@ class Topologies:
             os.environ.pop(key, None)
 
 
+ENGINE_TESTS = "tests/engine"
+TOPOLOGY_PASS = "pytest -m topology tests/engine (Sentinel, Cluster)"
+
+
+def start_topology_pass(extra: list[str], options: argparse.Namespace, topologies: Step,
+                        env: dict[str, str]) -> PytestBeside | Step:
+    """Step 6: the Sentinel and Cluster cases left out of the main pass (pytest.ini's
+    ``-m "not topology"``; tests/engine/conftest.py says which), started now, or why
+    not."""
+    args = django_args(extra, (ENGINE_TESTS,))
+    if args is None:
+        return Step(TOPOLOGY_PASS, "SKIP", 0, "the pytest arguments select no engine tests")
+    if options.no_topology:
+        return Step(TOPOLOGY_PASS, "SKIP", 0, "--no-topology")
+    if topologies.status == "FAIL":
+        return Step(TOPOLOGY_PASS, "FAIL", 0, f"no cluster and Sentinel: {topologies.detail}")
+    return PytestBeside(TOPOLOGY_PASS, VENV, ["-m", "topology", *args], env)
+
+
 PG_PASS = "pytest tests/django on PostgreSQL"
 DJ6_PASS = "pytest tests/django tests/browser on Django 6"
 
@@ -487,6 +518,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "(in .venv-dj6)")
     parser.add_argument("--no-postgres", action="store_true",
                         help="skip the PostgreSQL pass even when a server is reachable")
+    parser.add_argument("--no-topology", action="store_true",
+                        help="skip the pass of the engine tests' Sentinel and Cluster cases "
+                             "marked topology (the main pass still runs its own)")
     parser.add_argument("--no-lint", action="store_true",
                         help="skip ruff, lint-imports and mypy (quick local runs only)")
     options, unknown = parser.parse_known_args(argv)
@@ -520,16 +554,21 @@ def main(argv: list[str]) -> int:
         dj6_args = django_args(pytest_extra, DJANGO6_DIRS)
         beside: list[PytestBeside | Step] = []  # steps 4 and 5, in this order
         topologies = Topologies()
+        topology_pass: PytestBeside | Step | None = None
         try:
-            steps.append(topologies.start())
+            up = topologies.start()
+            steps.append(up)
+            sqlite_env.update(topologies.env)
             # Started first, so that they run beside the main pass (see the docstring).
             beside.append(start_postgres_pass(python, dj_args, options, sqlite_env))
             beside.append(start_django6_pass(dj6_args, options))
+            topology_pass = start_topology_pass(pytest_extra, options, up, sqlite_env)
             steps.append(step_pytest("pytest", VENV, main_args(pytest_extra, beside),
                                      sqlite_env))
         finally:
             try:
-                steps += [b.finish() if isinstance(b, PytestBeside) else b for b in beside]
+                ends = [*beside, *([topology_pass] if topology_pass else [])]
+                steps += [b.finish() if isinstance(b, PytestBeside) else b for b in ends]
             finally:
                 topologies.stop()
     except Abort as exc:

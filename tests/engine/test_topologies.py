@@ -239,6 +239,7 @@ class _Monitor:
         self._client.close()
 
 
+@pytest.mark.single_node("MONITOR on one server sees every key each script touches")
 def test_every_script_names_in_keys_each_key_it_touches(redis_url: str,
                                                         namespace: str) -> None:
     """MONITOR lists each command a script runs right after the script's own call:
