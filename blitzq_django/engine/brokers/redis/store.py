@@ -136,7 +136,12 @@ def _queue(pipe: Any, op: Op) -> None:
 
 
 def _unrun(ops: Sequence[Op], replies: list[Any]) -> list[int]:
-    return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:  # a WAIT after a write run again must wait for that write too
+        waits = [i for i in range(missing[0] + 1, len(ops))
+                 if ops[i].command[:1] == ("WAIT",) and i not in missing]
+        missing = sorted(missing + waits)
+    return missing
 
 
 def _pooled(pool: Any) -> Any:
@@ -215,7 +220,8 @@ class SyncStore:
         NOSCRIPT reply names and running again the ops it stopped."""
         missing = _unrun(ops, replies)
         if missing:
-            for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
+            for script in {ops[i].script.source for i in missing  # type: ignore[union-attr]
+                           if ops[i].script is not None}:
                 self.client.script_load(script)
             again = self._pipeline([ops[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
@@ -330,7 +336,8 @@ class AsyncStore:
     async def _settled(self, ops: Sequence[Op], replies: list[Any]) -> list[Any]:
         missing = _unrun(ops, replies)
         if missing:
-            for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
+            for script in {ops[i].script.source for i in missing  # type: ignore[union-attr]
+                           if ops[i].script is not None}:
                 await self.client.script_load(script)
             again = await self._pipeline([ops[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
