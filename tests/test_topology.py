@@ -1,0 +1,55 @@
+"""The test topologies themselves: a cluster and a Sentinel set that form, fail over
+and take a dead node back (the harness the engine's cluster and Sentinel tests use)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .support import topology
+
+pytestmark = pytest.mark.skipif(topology.missing_reason() is not None,
+                                reason=str(topology.missing_reason()))
+
+
+def test_cluster_fails_over_and_takes_the_dead_master_back() -> None:
+    with topology.started(topology.Cluster(node_timeout_ms=1000)) as cluster:
+        assert len(cluster.masters()) == 3
+        owner = cluster.master_of_slot(0)
+        dead = cluster.kill_master(0)
+        assert dead is owner and not dead.alive
+        promoted = cluster.wait_failover(dead)
+        assert cluster.master_of_slot(0) is promoted
+        cluster.restart(dead)
+        assert dead.info("replication")["role"] == "slave"
+        assert int(dead.info("replication")["master_port"]) == promoted.port
+    assert not any(node.alive for node in cluster.nodes)
+    assert not cluster.root.exists()
+
+
+def test_sentinel_set_fails_over_and_takes_the_dead_master_back() -> None:
+    with topology.started(topology.SentinelSet()) as sentinels:
+        assert sentinels.url().endswith("/blitzq/0")
+        dead = sentinels.kill_master()
+        promoted = sentinels.wait_failover(dead)
+        assert promoted is not dead and sentinels.master() is promoted
+        sentinels.restart(dead)
+        assert int(dead.info("replication")["master_port"]) == promoted.port
+    assert not any(node.alive for node in sentinels.nodes)
+    assert not sentinels.root.exists()
+
+
+def test_session_urls(cluster_url: str, sentinel_url: str) -> None:
+    assert cluster_url.startswith("redis+cluster://127.0.0.1:")
+    assert len(cluster_url.split(",")) == 6
+    assert sentinel_url.startswith("redis+sentinel://127.0.0.1:")
+    port = int(cluster_url.split("//")[1].split(",")[0].split(":")[1])
+    assert topology.cluster_info(port)["cluster_state"] == "ok"
+
+
+def test_a_failing_start_leaves_nothing_behind(tmp_path: object) -> None:
+    cluster = topology.Cluster()
+    cluster.nodes[0].args.append("--no-such-option")
+    with pytest.raises(topology.TopologyError, match="exited"):
+        cluster.start()
+    assert not any(node.alive for node in cluster.nodes)
+    assert not cluster.root.exists()
