@@ -422,6 +422,25 @@ class Topologies:
             os.environ.pop(key, None)
 
 
+ENGINE_TESTS = "tests/engine"
+TOPOLOGY_PASS = "pytest -m topology tests/engine (Sentinel, Cluster)"
+
+
+def start_topology_pass(extra: list[str], options: argparse.Namespace, topologies: Step,
+                        env: dict[str, str]) -> PytestBeside | Step:
+    """Step 6: the Sentinel and Cluster cases left out of the main pass (pytest.ini's
+    ``-m "not topology"``; tests/engine/conftest.py says which), started now, or why
+    not."""
+    args = django_args(extra, (ENGINE_TESTS,))
+    if args is None:
+        return Step(TOPOLOGY_PASS, "SKIP", 0, "the pytest arguments select no engine tests")
+    if options.no_topology:
+        return Step(TOPOLOGY_PASS, "SKIP", 0, "--no-topology")
+    if topologies.status == "FAIL":
+        return Step(TOPOLOGY_PASS, "FAIL", 0, f"no cluster and Sentinel: {topologies.detail}")
+    return PytestBeside(TOPOLOGY_PASS, VENV, ["-m", "topology", *args], env)
+
+
 PG_PASS = "pytest tests/django on PostgreSQL"
 DJ6_PASS = "pytest tests/django tests/browser on Django 6"
 
@@ -487,6 +506,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "(in .venv-dj6)")
     parser.add_argument("--no-postgres", action="store_true",
                         help="skip the PostgreSQL pass even when a server is reachable")
+    parser.add_argument("--no-topology", action="store_true",
+                        help="skip the pass of the engine tests' Sentinel and Cluster cases "
+                             "marked topology (the main pass still runs its own)")
     parser.add_argument("--no-lint", action="store_true",
                         help="skip ruff, lint-imports and mypy (quick local runs only)")
     options, unknown = parser.parse_known_args(argv)
@@ -520,16 +542,21 @@ def main(argv: list[str]) -> int:
         dj6_args = django_args(pytest_extra, DJANGO6_DIRS)
         beside: list[PytestBeside | Step] = []  # steps 4 and 5, in this order
         topologies = Topologies()
+        topology_pass: PytestBeside | Step | None = None
         try:
-            steps.append(topologies.start())
+            up = topologies.start()
+            steps.append(up)
+            sqlite_env.update(topologies.env)
             # Started first, so that they run beside the main pass (see the docstring).
             beside.append(start_postgres_pass(python, dj_args, options, sqlite_env))
             beside.append(start_django6_pass(dj6_args, options))
+            topology_pass = start_topology_pass(pytest_extra, options, up, sqlite_env)
             steps.append(step_pytest("pytest", VENV, main_args(pytest_extra, beside),
                                      sqlite_env))
         finally:
             try:
-                steps += [b.finish() if isinstance(b, PytestBeside) else b for b in beside]
+                ends = [*beside, *([topology_pass] if topology_pass else [])]
+                steps += [b.finish() if isinstance(b, PytestBeside) else b for b in ends]
             finally:
                 topologies.stop()
     except Abort as exc:

@@ -12,11 +12,12 @@ import redis
 from blitzq_django.engine import Client, MemoryBroker, RedisBroker
 
 from .support import topology
+from .support.clients import drop_keys, raw_client
 from .support.redis_server import RedisServer, url_from_env
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+def single_redis_url() -> Iterator[str]:
     """REDIS_URL when set; otherwise a redis-server of our own on a free port."""
     url = url_from_env()
     if url:
@@ -59,6 +60,26 @@ def sentinel_url() -> Iterator[str]:
     yield from _topology_url(topology.SENTINEL_URL_ENV, topology.shared_sentinels)
 
 
+#: The Redis a test can run on, by param id, and the session fixture of its URL: one
+#: server ("redis", the id the broker fixture always had), a Sentinel set, a Cluster.
+TOPOLOGY_URLS = {"redis": "single_redis_url", "sentinel": "sentinel_url",
+                 "cluster": "cluster_url"}
+
+
+@pytest.fixture
+def redis_topology(request: pytest.FixtureRequest) -> str:
+    """Which Redis the test runs on: one server unless the test is parametrized over
+    topologies (tests/engine/conftest.py does it for the engine's behaviour tests)."""
+    return str(getattr(request, "param", "redis"))
+
+
+@pytest.fixture
+def redis_url(request: pytest.FixtureRequest, redis_topology: str) -> str:
+    """The URL of the Redis this test runs on (see ``redis_topology``); each
+    topology is started once per session."""
+    return str(request.getfixturevalue(TOPOLOGY_URLS[redis_topology]))
+
+
 @pytest.fixture
 def namespace() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
@@ -66,7 +87,7 @@ def namespace() -> str:
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
+    client = raw_client(redis_url)
     yield client
     client.close()
 
@@ -77,9 +98,7 @@ def redis_broker(redis_url: str, namespace: str,
     broker = RedisBroker(redis_url, namespace=namespace)
     yield broker
     broker.close()
-    keys = list(redis_client.scan_iter(match=broker.keys.all_keys_pattern(), count=1000))
-    if keys:
-        redis_client.delete(*keys)
+    drop_keys(redis_client, broker.keys.all_keys_pattern())
 
 
 @pytest.fixture(params=["redis", "memory"])

@@ -53,3 +53,18 @@ def test_the_main_pass_leaves_the_django_tests_to_both_passes_beside_it() -> Non
     # a path named: every pass runs what it names
     assert s.main_args(["tests/django/test_checks.py"], started) == \
         ["tests/django/test_checks.py"]
+
+
+def test_the_topology_pass_runs_the_marked_engine_tests_only() -> None:
+    s = script()
+    up = s.Step("cluster + sentinel", "PASS", 1.0)
+    options = s.parse([])[0]
+    # nothing of tests/engine named: no pass
+    skipped = s.start_topology_pass(["tests/django"], options, up, {})
+    assert (skipped.status, skipped.detail) == ("SKIP", "the pytest arguments select no "
+                                                "engine tests")
+    assert s.start_topology_pass([], s.parse(["--no-topology"])[0], up, {}).status == "SKIP"
+    # the servers did not start: the pass fails, saying why
+    down = s.Step("cluster + sentinel", "FAIL", 1.0, "port in use")
+    failed = s.start_topology_pass([], options, down, {})
+    assert (failed.status, failed.detail) == ("FAIL", "no cluster and Sentinel: port in use")

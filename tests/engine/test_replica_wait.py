@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from blitzq_django.engine import Client, NotReplicated, RedisBroker
+from blitzq_django.engine import CallOptions, Client, NotReplicated, RedisBroker
 from blitzq_django.engine.brokers.redis import ops
 from blitzq_django.engine.errors import ConfigurationError
 from blitzq_django.engine.worker.flusher import log as flusher_log
@@ -183,3 +183,44 @@ def test_the_wait_op_names_a_key_of_its_queue() -> None:
 def test_a_bad_replica_wait_is_refused_at_construction(value: Any) -> None:
     with pytest.raises(ConfigurationError, match="replica_wait"):
         RedisBroker("redis://localhost:1/0", replica_wait=value)
+
+
+def test_on_each_topology_the_wait_reaches_the_node_that_wrote(redis_topology: str,
+                                                               redis_url: str) -> None:
+    """One server has no replica: every enqueue raises. On a Sentinel set (2 replicas)
+    and a Cluster (1 replica per master, queues on different masters) the WAIT after
+    each queue's writes reaches that queue's master, on the connection that wrote."""
+    namespace = f"t{uuid.uuid4().hex[:10]}"
+    queues = ["qa", "qb", "qc", "qd", "qe", "qf"]
+
+    def make(wait: tuple[int, int]) -> tuple[Client, Any]:
+        client = Client(RedisBroker(redis_url, namespace=namespace, replica_wait=wait))
+        task = client.task(name="jobs.echo")(_echo).spec
+        return client, task
+
+    if redis_topology == "redis":
+        client, task = make((1, 20))
+        with pytest.raises(NotReplicated) as caught:
+            client.enqueue(task, (1,))
+        assert caught.value.acknowledged == 0
+        client.broker.close()
+        return
+    client, task = make((1, 5000))
+    ids = [client.enqueue(task, (i,), call=CallOptions(queue=q)).id
+           for i, q in enumerate(queues)]
+    for q in queues:
+        ids += [h.id for h in client.enqueue_many(task, [((i,), {}) for i in range(20)],
+                                                  call=CallOptions(queue=q))]
+    stats = run_burst(client, queues=queues)
+    assert stats.succeeded == len(ids) == 6 + 6 * 20
+    client.broker.close()
+    replicas = 2 if redis_topology == "sentinel" else 1
+    strict, task = make((replicas + 1, 20))
+    with pytest.raises(NotReplicated) as caught:
+        strict.enqueue_many(task, [((i,), {}) for i in range(3)], call=CallOptions(queue="qa"))
+    assert (caught.value.acknowledged, caught.value.wanted) == (replicas, replicas + 1)
+    strict.broker.close()
+
+
+async def _echo(x: int) -> int:
+    return x

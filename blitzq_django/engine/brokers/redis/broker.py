@@ -37,7 +37,7 @@ from ..base import (
     ready_holds,
 )
 from ..capabilities import ServerFacts
-from . import ops
+from . import ops, topology
 from .attachments import RedisAttachmentStore
 from .facts import server_facts
 from .history import RedisHistoryStore
@@ -151,6 +151,12 @@ class RedisBroker:
         self.dead_letter_max = dead_letter_max
         self._options = redis_options or {}
         self._sync = SyncStore(sync_client, url) if sync_client is not None else None
+        #: a Redis Cluster: a queue's channels are shard channels (SPUBLISH, SSUBSCRIBE),
+        #: served by the node of the queue's slot
+        self.sharded = (self._sync.cluster if self._sync is not None
+                        else topology.kind_of(url) == topology.CLUSTER)
+        #: the verb the scripts publish a queue's channels with
+        self.publish = "SPUBLISH" if self.sharded else "PUBLISH"
         self._async: dict[asyncio.AbstractEventLoop, AsyncStore] = {}
         #: queues added to the seen queues since ``_seen_until`` (ms) was set; from then on
         #: a write adds its queue again (every queue in use comes back within
@@ -252,6 +258,7 @@ class RedisBroker:
             now_ms=(now_ms or clock_ms()) if self.events_maxlen else 0,
             mode=mode,
             details=self.event_details,
+            publish=self.publish,
         )
 
     def _enqueue_plan(self, items: Sequence[Enqueue]) -> tuple[list[Op], list[list[int]]]:
@@ -315,12 +322,14 @@ class RedisBroker:
             return [reply[0][1] if type(reply) is list else item.message_id]
         batch, groups, plan, unseen = self._with_seen(items)
         if self.replica_wait is not None:
-            waits = self._waits(items)
-            groups[-1] += waits
-            replies = self.sync.run_streamed(groups)[1 if unseen else 0:]
+            groups, at = self._waited_groups(groups)
+            replies = self.sync.run_streamed(groups)
             self._saw(unseen)
-            return self._confirmed(self._ids(items, plan, replies[:-len(waits)]),
-                                   replies[-len(waits):])
+            acknowledged = [replies[i] for i in at]
+            for i in reversed(at):
+                del replies[i]
+            return self._confirmed(self._ids(items, plan, replies[1 if unseen else 0:]),
+                                   acknowledged)
         if not unseen and len(batch) == 1:
             replies = [self.sync.run(batch[0])]
         else:
@@ -347,12 +356,14 @@ class RedisBroker:
             return [reply[0][1] if type(reply) is list else item.message_id]
         batch, groups, plan, unseen = self._with_seen(items)
         if self.replica_wait is not None:
-            waits = self._waits(items)
-            groups[-1] += waits
-            replies = (await self.aio.run_streamed(groups))[1 if unseen else 0:]
+            groups, at = self._waited_groups(groups)
+            replies = (await self.aio.run_streamed(groups))
             self._saw(unseen)
-            return self._confirmed(self._ids(items, plan, replies[:-len(waits)]),
-                                   replies[-len(waits):])
+            acknowledged = [replies[i] for i in at]
+            for i in reversed(at):
+                del replies[i]
+            return self._confirmed(self._ids(items, plan, replies[1 if unseen else 0:]),
+                                   acknowledged)
         if not unseen and len(batch) == 1:
             replies = [await self.aio.run(batch[0])]
         else:
@@ -362,30 +373,47 @@ class RedisBroker:
 
     # -- the replica wait (replica_wait) ---------------------------------------------
 
-    def _waits(self, items: Iterable[Enqueue | Settlement]) -> list[Op]:
-        """The WAITs that follow writes to the queues of ``items``: one per queue, each
-        naming a key of its queue, so that on a cluster it reaches the node that ran
-        that queue's writes (on one node, the WAITs after the first find the writes
-        confirmed and answer at once)."""
+    def _waits(self, writes: Sequence[Op]) -> list[Op]:
+        """The WAITs to send right after ``writes``: one per hash tag they write to, each
+        naming a key of it, so that on a cluster each reaches the node (and connection)
+        that ran those writes; on one node the WAITs after the first find the writes
+        confirmed and answer at once."""
         replicas, timeout_ms = self.replica_wait  # type: ignore[misc]
-        queues = dict.fromkeys(i.queue if isinstance(i, Enqueue) else i.delivery.queue
-                               for i in items)
-        return [ops.wait_replicas(replicas, timeout_ms, self.keys.queue(q).stream)
-                for q in queues]
+        tags: dict[str, str] = {}
+        for op in writes:
+            key = op.keys[0] if op.keys else op.command[1]
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            tags.setdefault(text[text.find("{"):text.find("}") + 1], text)
+        return [ops.wait_replicas(replicas, timeout_ms, key) for key in tags.values()]
+
+    def _waited_groups(self, groups: list[list[Op]]) -> tuple[list[list[Op]], list[int]]:
+        """``groups`` each followed by its WAITs (on a cluster each group is a pipeline
+        of its own, on connections of its own), and where the WAIT replies are."""
+        out: list[list[Op]] = []
+        at: list[int] = []
+        n = 0
+        for group in groups:
+            waits = self._waits(group)
+            at += range(n + len(group), n + len(group) + len(waits))
+            n += len(group) + len(waits)
+            out.append([*group, *waits])
+        return out, at
 
     def _waited_one(self, item: Enqueue, op: Op, now: int) -> list[Op]:
         """One message's write, its queue into the seen queues when due, then WAIT."""
         if now < self._seen_until and item.queue in self._seen:
-            return [op, *self._waits((item,))]
-        return [op, ops.add_seen_queues(self.keys, (item.queue,)), *self._waits((item,))]
+            return [op, *self._waits((op,))]
+        seen = ops.add_seen_queues(self.keys, (item.queue,))
+        return [op, seen, *self._waits((op, seen))]
 
     def _waited_id(self, item: Enqueue, now: int, batch: list[Op],
                    replies: list[Any]) -> list[str]:
-        if len(batch) > 2:  # the seen queues were written too
+        if batch[1].command[:1] != ("WAIT",):  # the seen queues were written too
             self._saw((item.queue,), now)
         reply = replies[0]
         return self._confirmed([reply[0][1] if type(reply) is list else item.message_id],
-                               replies[-1:])
+                               [r for op, r in zip(batch, replies, strict=True)
+                                if op.command[:1] == ("WAIT",)])
 
     def _confirmed(self, ids: list[str], acknowledged: list[int]) -> list[str]:
         """``ids``, once the WAIT replies say enough replicas confirmed their writes;
@@ -569,7 +597,7 @@ class RedisBroker:
         get = ops.get(keys.record(message_id))
         deadline = time.monotonic() + max(timeout, 0.0)
         limit = deadline + REPLY_GRACE_S
-        pool = dedicated_pool(self.sync.client, limit - time.monotonic())
+        pool = dedicated_pool(self.sync.client, limit - time.monotonic(), keys.tag)
         pubsub: redis.client.PubSub | None = None
         connection = pool.make_connection()
         with mapped_errors(self.url):
@@ -585,7 +613,10 @@ class RedisBroker:
                         # takes the subscription's confirmation, so the next GET runs
                         # subscribed: a record written from then on also wakes us up.
                         pubsub = redis.client.PubSub(pool, ignore_subscribe_messages=True)
-                        pubsub.subscribe(keys.done_channel(message_id))
+                        if self.sharded:
+                            pubsub.ssubscribe(keys.done_channel(message_id))
+                        else:
+                            pubsub.subscribe(keys.done_channel(message_id))
                     pubsub.get_message(timeout=min(remaining, RESULT_POLL_S))
             finally:
                 if pubsub is not None:
@@ -607,7 +638,7 @@ class RedisBroker:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         with mapped_errors(self.url):
-            pubsub = self.aio.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.aio.listener(sharded=True)
             try:
                 await pubsub.subscribe(keys.done_channel(message_id))
                 while True:
@@ -615,7 +646,7 @@ class RedisBroker:
                     remaining = deadline - loop.time()
                     if (record is not None and record.is_final) or remaining <= 0:
                         return record
-                    await pubsub.get_message(timeout=min(remaining, RESULT_POLL_S))
+                    await pubsub.get(min(remaining, RESULT_POLL_S))
             finally:
                 await pubsub.aclose()
 
@@ -639,10 +670,12 @@ class RedisBroker:
 
     def workers(self, now_ms: int) -> list[bytes]:
         """Encoded WorkerInfo of every worker whose entry has not expired."""
-        return self.sync.run(ops.workers(self.keys, now_ms))
+        names = self.sync.run(ops.worker_names(self.keys, now_ms))
+        return self.sync.run(ops.worker_infos(self.keys, names)) if names else []
 
     async def aworkers(self, now_ms: int) -> list[bytes]:
-        return await self.aio.run(ops.workers(self.keys, now_ms))
+        names = await self.aio.run(ops.worker_names(self.keys, now_ms))
+        return await self.aio.run(ops.worker_infos(self.keys, names)) if names else []
 
     # -- dead letters --------------------------------------------------------
 
@@ -704,7 +737,7 @@ class RedisBroker:
                           final_states=_FINAL, known=known, record=scheduled.record,
                           expected=body, unique_key=scheduled.unique_key,
                           task=scheduled.task, attempt=scheduled.attempt,
-                          events_maxlen=self.events_maxlen)
+                          events_maxlen=self.events_maxlen, publish=self.publish)
 
     def cancel(self, queue: str, message_id: str,
                scheduled: Callable[[bytes], ScheduledCancel],
@@ -744,14 +777,14 @@ class RedisBroker:
                                  on_listening: Callable[[], None]) -> None:
         """Subscribe to the revocation channel (one connection) until cancelled."""
         with mapped_errors(self.url):
-            pubsub = self.aio.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.aio.listener()
             try:
                 await pubsub.subscribe(self.keys.revocation_channel)
                 on_listening()
                 while True:
                     # Not forever: each return lets the pubsub check its connection.
-                    message = await pubsub.get_message(timeout=LISTEN_POLL_S)
-                    if message is None or message.get("type") != "message":
+                    message = await pubsub.get(LISTEN_POLL_S)
+                    if message is None:
                         continue
                     data = message["data"]
                     queue, _, message_id = (data.decode(errors="replace")
@@ -881,9 +914,9 @@ class RedisBroker:
             batch.append(ops.complete(keys, consumer, items, record_ttl=self.record_ttl,
                                       dead_letter_max=self.dead_letter_max, now_ms=now_ms,
                                       token=token, events_maxlen=events_maxlen,
-                                      mode=self.storage_mode(queue)))
+                                      mode=self.storage_mode(queue), publish=self.publish))
         if self.replica_wait is not None:
-            waits = self._waits(settlements)
+            waits = self._waits(batch)
             replies = await self.aio.run_many([*batch, *waits])
             self._settle_confirmed(len(settlements), replies[len(batch):])
             replies = replies[:len(batch)]

@@ -84,14 +84,17 @@ def enqueue(
     now_ms: int = 0,
     mode: str = "s",
     details: bool = False,
+    publish: str = "PUBLISH",
 ) -> Op:
     """Messages of one lane in one call (enqueue.lua), each atomic with its event; parsed
     to [(written, id)]: the id already holding the key when not written. ``details``:
-    each event carries its message (core/events.py ``message_detail``)."""
+    each event carries its message (core/events.py ``message_detail``). ``publish``:
+    "SPUBLISH" on a Redis Cluster (the wake channel is the queue's shard channel)."""
     op_keys: list[str] = [keys.stream if mode == "s" else keys.list, keys.schedule,
                           keys.schedule_data, keys.events]
     # ARGV[5]: where a new earliest delayed message is published (promoters wake at once)
-    args: list[Arg] = [mode, record_ttl, idempotency_ttl, events_maxlen, keys.wake_channel]
+    args: list[Arg] = [mode, record_ttl, idempotency_ttl, events_maxlen, keys.wake_channel,
+                       publish]
     unused = keys.unique("-")
     pack = events.packer().pack
     for payload, message_id, due_ms, record, idempotency_key, unique_key, task in items:
@@ -249,6 +252,7 @@ def complete(
     token: str,
     events_maxlen: int = 0,
     mode: str = "s",
+    publish: str = "PUBLISH",
 ) -> Op:
     """Settle deliveries: items are (kind, entry id, message id, record, notify, body, due,
     unique key), and with events on also (its event, its "started" event), and for an
@@ -256,19 +260,29 @@ def complete(
 
     ``token`` names this batch: sent again with the same token, it answers as the first
     time and changes nothing. Fast mode (``mode`` "l"): no ownership check and no ack
-    (the messages were popped from the list); a requeue is an RPUSH.
+    (the messages were popped from the list); a requeue is an RPUSH. ``publish``:
+    "SPUBLISH" on a Redis Cluster (notification channels are the queue's shard channels).
     """
     fast = mode == "l"
+    op_keys = [keys.list if fast else keys.stream, keys.schedule, keys.schedule_data,
+               keys.dead_letters, keys.dead_letter_data, keys.receipt(token), keys.events,
+               keys.running(consumer)]
+    # Each key the script touches is named here (Redis' rule for scripts; a cluster
+    # routes by them): an item's record and unique marker, in item order.
+    record, marker = keys.record(""), keys.unique_marker("")
+    for item in items:
+        if item[3]:
+            op_keys.append(record + item[2])
+        if item[7]:
+            op_keys.append(marker + item[7])
     return Op(
         script=scripts.COMPLETE,
-        keys=(keys.list if fast else keys.stream, keys.schedule, keys.schedule_data,
-              keys.dead_letters, keys.dead_letter_data, keys.receipt(token), keys.events,
-              keys.running(consumer)),
-        args=(GROUP, consumer, record_ttl, dead_letter_max, now_ms, keys.record(""),
+        keys=op_keys,
+        args=(GROUP, consumer, record_ttl, dead_letter_max, now_ms, "",
               # Old-style msgpack (no bin type): Redis's Lua cmsgpack cannot read bin.
               keys.done_channel(""), msgpack.packb(items, use_bin_type=False),
               *(("-", "+") if fast else _id_range([item[1] for item in items])),
-              RECEIPT_TTL_S, events_maxlen, keys.unique_marker(""), mode),
+              RECEIPT_TTL_S, events_maxlen, "", mode, publish),
         parse=lambda reply: [bool(r) for r in reply],
     )
 
@@ -380,7 +394,8 @@ def purge_dead_letters(keys: QueueKeys) -> Op:
 def cancel(keyspace: Keyspace, queue: str, message_id: str, *, now_ms: int,
            revoke_ttl: int, record_ttl: int, final_states: Sequence[str], known: bool,
            record: bytes = b"", expected: bytes = b"", unique_key: str | None = None,
-           task: str = "", attempt: int | None = None, events_maxlen: int = 0) -> Op:
+           task: str = "", attempt: int | None = None, events_maxlen: int = 0,
+           publish: str = "PUBLISH") -> Op:
     """Cancel one message (cancel.lua): reply parsed to (outcome, detail), where detail is
     the scheduled body when the outcome is "scheduled" (call again with it as
     ``expected``), else the state found (or None)."""
@@ -400,7 +415,7 @@ def cancel(keyspace: Keyspace, queue: str, message_id: str, *, now_ms: int,
         args=(message_id, now_ms, now_ms + revoke_ttl * 1000, record_ttl, record, expected,
               keyspace.revocation_channel, f"{queue} {message_id}", "1" if known else "0",
               " ".join(final_states), keys.done_channel(message_id), events_maxlen, task,
-              "" if attempt is None else attempt),
+              "" if attempt is None else attempt, publish),
         parse=parse,
     )
 
@@ -493,9 +508,18 @@ def leave(keyspace: Keyspace, name: str, now_ms: int) -> Op:
               args=("leave", name, now_ms))
 
 
-def workers(keyspace: Keyspace, now_ms: int) -> Op:
-    return Op(script=scripts.WORKERS, keys=(keyspace.workers,),
-              args=(now_ms, keyspace.worker("")), parse=list)
+def worker_names(keyspace: Keyspace, now_ms: int) -> Op:
+    """The names of the workers whose registry entry has not expired."""
+    return Op(command=("ZRANGEBYSCORE", keyspace.workers, now_ms, "+inf"),
+              parse=lambda reply: [_text(name) for name in reply])
+
+
+def worker_infos(keyspace: Keyspace, names: Sequence[str]) -> Op:
+    """The encoded infos of ``names`` (those whose key expired are left out). Read after
+    worker_names() rather than in one script with it: a script must name every key it
+    reads beforehand, and the names are what the registry holds."""
+    return Op(command=("MGET", *(keyspace.worker(name) for name in names)),
+              parse=lambda reply: [info for info in reply if info])
 
 
 def stats(keys: QueueKeys, now_ms: int, mode: str = "s") -> Op:

@@ -53,24 +53,24 @@ class RedisPeriodicStore:
 
     async def listen_changes(self, on_change: Callable[[], None],
                              on_listening: Callable[[], None] | None = None) -> None:
-        await self._listen([self.keys.schedules_channel], on_change, on_listening)
+        await self._listen([self.keys.schedules_channel], on_change, on_listening, False)
 
     async def listen_wakeups(self, queues: Sequence[str], on_wake: Callable[[], None]) -> None:
-        await self._listen([self.keys.queue(q).wake_channel for q in queues], on_wake, None)
+        await self._listen([self.keys.queue(q).wake_channel for q in queues], on_wake, None,
+                           True)
 
     async def _listen(self, channels: Sequence[str], on_message: Callable[[], None],
-                      on_listening: Callable[[], None] | None) -> None:
+                      on_listening: Callable[[], None] | None, sharded: bool) -> None:
         """Call ``on_message()`` for each publish on ``channels`` until cancelled (one
-        connection of its own)."""
+        connection of its own; per node for a queue's channels on a cluster)."""
         with mapped_errors(self.broker.url):
-            pubsub = self.broker.aio.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.broker.aio.listener(sharded)
             try:
                 await pubsub.subscribe(*channels)
                 if on_listening is not None:
                     on_listening()
                 while True:
-                    message = await pubsub.get_message(timeout=LISTEN_POLL_S)
-                    if message is None or message.get("type") != "message":
+                    if await pubsub.get(LISTEN_POLL_S) is None:
                         continue
                     on_message()
             finally:

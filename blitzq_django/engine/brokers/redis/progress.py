@@ -26,14 +26,15 @@ def _hash(reply: Any) -> dict[str, str]:
 
 
 def write(keys: QueueKeys, message_id: str, fields: Mapping[str, str], ttl_ms: int,
-          publish: bytes | None) -> list[Op]:
+          publish: bytes | None, verb: str = "PUBLISH") -> list[Op]:
+    """``verb``: PUBLISH, or SPUBLISH on a cluster (the channel is the queue's)."""
     key = keys.progress(message_id)
     flat: list[Any] = []
     for name, value in fields.items():
         flat += [name, value]
     out = [Op(command=("HSET", key, *flat)), Op(command=("PEXPIRE", key, ttl_ms))]
     if publish is not None:
-        out.append(Op(command=("PUBLISH", keys.progress_channel(message_id), publish)))
+        out.append(Op(command=(verb, keys.progress_channel(message_id), publish)))
     return out
 
 
@@ -47,7 +48,7 @@ class _Watch:
 
     async def wait(self, timeout: float) -> None:
         with mapped_errors(self._url):
-            await self._pubsub.get_message(timeout=timeout)
+            await self._pubsub.get(timeout)
 
 
 class RedisProgressStore:
@@ -64,7 +65,8 @@ class RedisProgressStore:
     async def awrite(self, queue: str, message_id: str, fields: Mapping[str, str],
                      publish: bytes | None = None) -> None:
         await self._broker.aio.run_many(write(self._keys(queue), message_id, fields,
-                                              self._broker.record_ttl * 1000, publish))
+                                              self._broker.record_ttl * 1000, publish,
+                                              self._broker.publish))
 
     def read(self, queue: str, message_id: str) -> dict[str, str]:
         return self._broker.sync.run(read(self._keys(queue), message_id))
@@ -82,7 +84,7 @@ class RedisProgressStore:
     async def watch(self, queue: str, message_id: str) -> AsyncIterator[_Watch]:
         keys, url = self._keys(queue), self._broker.url
         with mapped_errors(url):
-            pubsub = self._broker.aio.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._broker.aio.listener(sharded=True)
             await pubsub.subscribe(keys.progress_channel(message_id),
                                    keys.done_channel(message_id))
         try:

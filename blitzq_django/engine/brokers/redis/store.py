@@ -18,10 +18,10 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -30,29 +30,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ...errors import BrokerError, BrokerUnavailable
+from . import topology
 from .ops import Op
-
-
-def redact(url: str) -> str:
-    """The URL with any password (in the user info or the query) replaced by ***."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return "<unparsable Redis URL>"
-    netloc = parts.netloc
-    if parts.password is not None:
-        host = parts.hostname or ""
-        if ":" in host:  # IPv6
-            host = f"[{host}]"
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port else "")
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs],
-                          safe="*")
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
+from .topology import redact
 
 #: Longest one Redis call waits for its reply (``redis_options`` may change it), so a
 #: stalled server or a black-holed network costs a caller this much, not forever. It must
@@ -68,7 +48,9 @@ def client_options(extra: dict[str, Any] | None = None, url: str = "", *,
     # Retry connection errors only: a dropped idle connection (a Redis restart, a proxy's
     # idle timeout) is reopened and the command sent again after a short backoff. Never a
     # timeout: the command may have run (a re-sent XADD is a second message), and each
-    # retry would add another socket_timeout to the caller's wait.
+    # retry would add another socket_timeout to the caller's wait. On Sentinel and on a
+    # cluster the same rule holds, and what else is retried there is listed in
+    # topology.py's docstring (READONLY, MOVED, ASK, TRYAGAIN, CLUSTERDOWN).
     retry_class = AsyncRetry if aio else Retry
     options: dict[str, Any] = {
         "health_check_interval": 30,
@@ -102,14 +84,24 @@ def mapped_errors(url: str) -> Iterator[None]:
         raise mapped(exc, url) from exc
 
 
-def dedicated_pool(client: redis.Redis, seconds: float) -> redis.ConnectionPool:
-    """A pool of new connections set up like ``client``'s, none of which waits more than
+def dedicated_pool(client: Any, seconds: float, key: str = "") -> redis.ConnectionPool:
+    """A pool of new connections set up like ``client``'s (to the node holding ``key``
+    on a cluster, to the current master on Sentinel), none of which waits more than
     ``seconds`` to connect or for a reply: for a wait that must end by a deadline."""
+    if topology.is_cluster(client):
+        client = client.get_redis_connection(client.get_node_from_key(key))
     pool = client.connection_pool
     kwargs = dict(pool.connection_kwargs)
+    connection_class = pool.connection_class
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        # The master as the sentinels name it now; a failover during the wait fails it.
+        kwargs.pop("connection_pool", None)
+        kwargs["host"], kwargs["port"] = pool.get_master_address()
+        connection_class = (redis.SSLConnection if issubclass(
+            connection_class, redis.connection.SSLConnection) else redis.Connection)
     for name in ("socket_timeout", "socket_connect_timeout"):
         kwargs[name] = min(kwargs.get(name) or seconds, seconds)
-    return redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return redis.ConnectionPool(connection_class=connection_class, **kwargs)
 
 
 def run_until(connection: Any, op: Op, deadline: float) -> Any:
@@ -132,6 +124,11 @@ def _command(op: Op) -> tuple[Any, ...]:
 
 
 def _queue(pipe: Any, op: Op) -> None:
+    if op.keys and op.command[:1] == ("WAIT",) and hasattr(pipe, "get_node_from_key"):
+        # A cluster pipeline cannot route a keyless command: WAIT goes to the node of the
+        # key it names, after that node's writes, on the same connection.
+        pipe.execute_command(*op.command, target_nodes=pipe.get_node_from_key(op.keys[0]))
+        return
     pipe.execute_command(*_command(op))
 
 
@@ -177,14 +174,18 @@ class SyncStore:
         self.client = client
         self.url = url
         self._local = threading.local()
+        #: a Redis Cluster: commands are routed by redis-py, one node per slot
+        self.cluster = topology.is_cluster(client)
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> SyncStore:
-        return cls(redis.Redis.from_url(url, **client_options(options, url)), url)
+        return cls(topology.sync_client(url, client_options(options, url)), url)
 
     def _own(self) -> redis.Redis:
         """This thread's client, made again in a forked child (the parent's connection is
         not its own: redis-py closes the child's copy without shutting the socket down)."""
+        if self.cluster:  # RedisCluster keeps a pool per node: no connection of its own
+            return self.client
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
             local.client = redis.Redis(connection_pool=self.client.connection_pool,
@@ -240,8 +241,10 @@ class SyncStore:
         runs a group while this process packs the next and parses the last. Not a
         transaction, and an error of one op does not stop the others."""
         with mapped_errors(self.url):
-            return self._settled([op for group in groups for op in group],
-                                 self._streamed(groups))
+            ops = [op for group in groups for op in group]
+            if self.cluster:  # no one connection reaches every slot: a pipeline per group
+                return self._settled(ops, [r for g in groups for r in self._pipeline(g)])
+            return self._settled(ops, self._streamed(groups))
 
     def _streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
         pool, parse = self.client.connection_pool, self.client.parse_response
@@ -285,6 +288,51 @@ class SyncStore:
         self.client.close()
 
 
+#: A shard subscription spread over several cluster nodes is read node after node, this
+#: long on each: the longest a publish waits to be seen beside the others' waits.
+SHARD_SLICE_S = 0.1
+
+
+class Listener:
+    """Publishes on some channels, for redis.asyncio: PUBLISH/SUBSCRIBE, or on a cluster
+    for a queue's channels SPUBLISH/SSUBSCRIBE (``sharded``: served by the node of the
+    channel's slot; classic channels are broadcast to every node of a cluster)."""
+
+    def __init__(self, client: Any, sharded: bool) -> None:
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self._sharded = sharded
+
+    async def subscribe(self, *channels: str) -> None:
+        if self._sharded:
+            await self._pubsub.ssubscribe(*channels)
+        else:
+            await self._pubsub.subscribe(*channels)
+
+    async def get(self, timeout: float) -> dict[str, Any] | None:
+        """The next message published (None after ``timeout`` s, or a control message)."""
+        if not self._sharded:
+            message = await self._pubsub.get_message(timeout=timeout)
+        else:
+            nodes = len(getattr(self._pubsub, "node_pubsub_mapping", ())) or 1
+            if nodes == 1:
+                message = await self._pubsub.get_sharded_message(timeout=timeout)
+            else:
+                # redis-py reads the nodes' connections one at a time, each for timeout
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + timeout
+                while True:
+                    message = await self._pubsub.get_sharded_message(
+                        timeout=min(SHARD_SLICE_S, max(deadline - loop.time(), 0.0)))
+                    if message is not None or loop.time() >= deadline:
+                        break
+        if message is None or message.get("type") not in ("message", "smessage"):
+            return None
+        return message
+
+    async def aclose(self) -> None:
+        await self._pubsub.aclose()
+
+
 class AsyncStore:
     """Runs ops on redis.asyncio. The socket timeout is applied here, once per call, not
     by redis-py: redis.asyncio wraps every reply it reads (each command of a pipeline) in
@@ -296,6 +344,7 @@ class AsyncStore:
         self.client = client
         self.url = url
         self.timeout = timeout
+        self.cluster = topology.is_cluster(client)
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> AsyncStore:
@@ -303,8 +352,8 @@ class AsyncStore:
         timeout = kwargs.pop("socket_timeout", None)
         # None, not left out: redis-py 8 would apply its own 5 s default to every read,
         # and fail the worker's blocking reads.
-        return cls(redis.asyncio.Redis.from_url(url, socket_timeout=None, **kwargs), url,
-                   timeout)
+        kwargs["socket_timeout"] = None
+        return cls(topology.async_client(url, kwargs), url, timeout)
 
     async def run(self, op: Op) -> Any:
         # try/except rather than `with mapped_errors`: this is every enqueue's path.
@@ -354,8 +403,11 @@ class AsyncStore:
         """SyncStore.run_streamed() on redis.asyncio."""
         with mapped_errors(self.url):
             async with asyncio.timeout(self.timeout):
-                return await self._settled([op for group in groups for op in group],
-                                           await self._streamed(groups))
+                ops = [op for group in groups for op in group]
+                if self.cluster:
+                    return await self._settled(
+                        ops, [r for g in groups for r in await self._pipeline(g)])
+                return await self._settled(ops, await self._streamed(groups))
 
     async def _streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
         pool, parse = self.client.connection_pool, self.client.parse_response
@@ -392,6 +444,11 @@ class AsyncStore:
             raise
         finally:
             await pool.release(connection)
+
+    def listener(self, sharded: bool = False) -> Listener:
+        """A new subscription (a connection of its own): ``sharded`` for a queue's
+        channels, which are shard channels on a cluster."""
+        return Listener(self.client, sharded and self.cluster)
 
     async def close(self) -> None:
         await self.client.aclose()

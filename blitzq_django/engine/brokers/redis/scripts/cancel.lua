@@ -26,6 +26,9 @@
 -- ARGV[11] this message's notification channel (get_result waiters)
 -- ARGV[12] events maxlen (0: no events)  ARGV[13] task name (for the event) or ""
 -- ARGV[14] attempt (for the event) or ""
+-- ARGV[15] how ARGV[11] is published: "PUBLISH", or "SPUBLISH" on a Redis Cluster (it is
+-- this slot's channel). The revocation channel (ARGV[7]) is the namespace's, in another
+-- slot: always PUBLISH, which a cluster forwards to every node.
 
 -- event(): the canonical appender of core/events.py.
 local function event(stream, maxlen, kind, id, task, time_ms, attempt, worker,
@@ -83,7 +86,7 @@ for i = 6, #KEYS, 2 do
     redis.call("HDEL", KEYS[i + 1], id)
     if ARGV[5] ~= "" then
       redis.call("SET", KEYS[1], ARGV[5], "EX", ARGV[4])
-      redis.call("PUBLISH", ARGV[11], "cancelled")
+      redis.call(ARGV[15], ARGV[11], "cancelled")
     end
     if redis.call("GET", KEYS[4]) == id then redis.call("DEL", KEYS[4]) end
     local task, attempt = nil, nil

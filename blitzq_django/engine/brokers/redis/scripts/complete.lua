@@ -36,8 +36,10 @@
 -- KEYS[1] stream (fast mode: list)  KEYS[2] schedule  KEYS[3] schedule data  KEYS[4] dead letters
 -- KEYS[5] dead letter data  KEYS[6] this batch's receipt  KEYS[7] events stream
 -- KEYS[8] this consumer's running index in this queue (a hash: message id -> entry)
+-- KEYS[9..] per item, in order: its record key when it carries a record (not ""), then
+-- its unique marker when it has a unique key (neither: no key)
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] record ttl s  ARGV[4] dead_letter_max
--- ARGV[5] now ms  ARGV[6] record key prefix  ARGV[7] notification channel prefix
+-- ARGV[5] now ms  ARGV[6] unused  ARGV[7] notification channel prefix (+ message id)
 -- ARGV[8] msgpack array of items, each an array:
 --   {kind, entry id, message id, encoded record or "", notify 0|1,
 --    encoded message (retry/requeue) or dead letter (dead) or "",
@@ -49,13 +51,14 @@
 -- A running item's encoded message is its running index entry ("" none) and its due
 -- ms how long that entry's hash is kept (PEXPIRE, renewed by the worker's heartbeat).
 -- (One msgpack argument instead of seven per item: encoding arguments was the
--- worker's biggest per-message cost.) Record keys and channels are prefix .. id;
--- the prefixes carry the queue's hash tag, so every key stays in this slot.
+-- worker's biggest per-message cost.) Every key touched is in KEYS; the notification
+-- channels are prefix .. id, the prefix carrying the queue's hash tag (this slot).
 -- ARGV[9] lowest and ARGV[10] highest entry id of the batch
 -- ARGV[11] seconds the receipt is kept  ARGV[12] events maxlen (0: no events)
--- ARGV[13] unique marker prefix (the unique key follows; this slot's hash tag)
+-- ARGV[13] unused
 -- ARGV[14] mode: "s" stream (reliable) | "l" list (fast); entry ids of a fast batch are
 -- the worker's own names of its deliveries, and ARGV[9], ARGV[10] are unused
+-- ARGV[15] how notifications are published: "PUBLISH", or "SPUBLISH" on a Redis Cluster
 -- Ownership is read once per batch (the consumer's pending entries in that id range)
 -- and acks and deletes go in one XACK and one XDEL: per-message commands were the
 -- settle script's main cost.
@@ -80,9 +83,10 @@ local function each_chunk(list, call)
 end
 local group, consumer, ttl = ARGV[1], ARGV[2], ARGV[3]
 local dlq_max, now = tonumber(ARGV[4]), ARGV[5]
-local record_prefix, channel_prefix = ARGV[6], ARGV[7]
+local channel_prefix, publish = ARGV[7], ARGV[15]
 local items = cmsgpack.unpack(ARGV[8])
-local maxlen, unique_prefix = tonumber(ARGV[12]) or 0, ARGV[13]
+local maxlen = tonumber(ARGV[12]) or 0
+local k = 8  -- the last of KEYS taken: each item's keys follow, in item order
 -- Events are appended without MAXLEN and trimmed once when the script ends (MAXLEN on
 -- each XADD cost a quarter of an event's time): the cap holds all the same.
 local appended = 0
@@ -103,6 +107,9 @@ local replies, acks = {}, {}
 for i, item in ipairs(items) do
   local kind, entry, id, record, notify, body, due =
     item[1], item[2], item[3], item[4], item[5], item[6], item[7]
+  local record_key, marker
+  if record ~= "" then k = k + 1; record_key = KEYS[k] end
+  if item[8] and item[8] ~= "" then k = k + 1; marker = KEYS[k] end
   if item[11] then
     redis.call("HDEL", KEYS[8], id)
   end
@@ -110,7 +117,7 @@ for i, item in ipairs(items) do
     replies[i] = 0
   elseif kind == "running" then
     if record ~= "" then
-      redis.call("SET", record_prefix .. id, record, "EX", ttl)
+      redis.call("SET", record_key, record, "EX", ttl)
     end
     if body ~= "" then
       redis.call("HSET", KEYS[8], id, body)
@@ -146,11 +153,10 @@ for i, item in ipairs(items) do
       end
     end
     if record ~= "" then
-      redis.call("SET", record_prefix .. id, record, "EX", ttl)
+      redis.call("SET", record_key, record, "EX", ttl)
     end
-    if item[8] and kind ~= "retry" and kind ~= "requeue" then
+    if marker and kind ~= "retry" and kind ~= "requeue" then
       -- final: the next enqueue of its unique key makes a new message
-      local marker = unique_prefix .. item[8]
       if redis.call("GET", marker) == id then redis.call("DEL", marker) end
     end
     if maxlen > 0 and item[9] then
@@ -161,7 +167,7 @@ for i, item in ipairs(items) do
       appended = appended + 2
     end
     if notify == 1 then
-      redis.call("PUBLISH", channel_prefix .. id, kind)
+      redis.call(publish, channel_prefix .. id, kind)
     end
     replies[i] = 1
   end

@@ -13,10 +13,11 @@
 -- (the unique marker's too)   ARGV[4] events maxlen (0: no events)
 -- ARGV[5] wake channel, or "": a delayed message that becomes the earliest of the
 -- schedule is published there (its due ms), so sleeping promoters wake at once
--- then 6 args per message i: ARGV[6+6i] encoded message, ARGV[7+6i] message id,
--- ARGV[8+6i] due ms (0 = run now), ARGV[9+6i] encoded record or "",
--- ARGV[10+6i] "i" idempotency key, "u" unique marker, "iu" both or "",
--- ARGV[11+6i] its event, encoded by the client ("enqueued" or "scheduled"; "" when off)
+-- ARGV[6] how: "PUBLISH", or "SPUBLISH" on a Redis Cluster (the channel is this slot's)
+-- then 6 args per message i: ARGV[7+6i] encoded message, ARGV[8+6i] message id,
+-- ARGV[9+6i] due ms (0 = run now), ARGV[10+6i] encoded record or "",
+-- ARGV[11+6i] "i" idempotency key, "u" unique marker, "iu" both or "",
+-- ARGV[12+6i] its event, encoded by the client ("enqueued" or "scheduled"; "" when off)
 -- Reply: two values per message: 1, id when written; 0, the existing id when its
 -- idempotency key or unique marker already held one (then nothing of it is written).
 --
@@ -25,8 +26,8 @@
 -- Its TTL (the idempotency TTL) only bounds a marker whose message vanished.
 local maxlen = tonumber(ARGV[4])
 local reply, appended, earliest = {}, 0, nil
-for i = 0, (#ARGV - 5) / 6 - 1 do
-  local a, k = 6 + 6 * i, 5 + 3 * i
+for i = 0, (#ARGV - 6) / 6 - 1 do
+  local a, k = 7 + 6 * i, 5 + 3 * i
   local payload, id, due, record, flags = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
                                           ARGV[a + 4]
   local existing = false
@@ -73,6 +74,6 @@ if appended > 0 then
 end
 if earliest ~= nil and ARGV[5] ~= "" then
   local head = redis.call("ZRANGE", KEYS[2], 0, 0, "WITHSCORES")
-  if tonumber(head[2]) >= earliest then redis.call("PUBLISH", ARGV[5], earliest) end
+  if tonumber(head[2]) >= earliest then redis.call(ARGV[6], ARGV[5], earliest) end
 end
 return reply
