@@ -96,6 +96,7 @@ class Producer(threading.Thread):
         self.indeterminate: set[str] = set()
         self.not_replicated = 0
         self.errors = 0
+        self.last_error = ""
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -108,8 +109,9 @@ class Producer(threading.Thread):
             except NotReplicated:
                 self.not_replicated += 1
                 self.indeterminate.add(message_id)
-            except BlitzqError:
+            except BlitzqError as exc:
                 self.errors += 1
+                self.last_error = str(exc)
                 self.indeterminate.add(message_id)
                 # the master is gone: back off a little instead of spinning
                 self.stopping.wait(0.05)

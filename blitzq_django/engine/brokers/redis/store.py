@@ -207,7 +207,21 @@ class SyncStore:
                 reply = client.execute_command(*command)
             return op.result(reply)
         except REDIS_ERRORS as exc:
+            if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+                self._forget_own()
             raise mapped(exc, self.url) from exc
+
+    def _forget_own(self) -> None:
+        """Give this thread's connection back after a connection error: the next call
+        takes one from the pool, which connects where the pool says. A kept connection
+        would reconnect to the address it had (redis-py reconnects a dropped socket
+        without asking a Sentinel pool again), and so to a dead master forever after a
+        Sentinel failover (found by tests/fault/test_failover.py)."""
+        local = self._local
+        client, local.client, local.pid = getattr(local, "client", None), None, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
 
     def run_many(self, ops: Sequence[Op]) -> list[Any]:
         """All ops in one round trip (not a transaction: each op is atomic on its own)."""
