@@ -19,7 +19,7 @@ import redis
 
 from blitzq_django.engine import CallOptions, Client, NotReplicated, RedisBroker
 from blitzq_django.engine.brokers.redis import ops
-from blitzq_django.engine.errors import ConfigurationError
+from blitzq_django.engine.errors import BrokerError, ConfigurationError
 from blitzq_django.engine.worker.flusher import log as flusher_log
 
 from ..support.redis_server import RedisServer, free_port
@@ -224,3 +224,23 @@ def test_on_each_topology_the_wait_reaches_the_node_that_wrote(redis_topology: s
 
 async def _echo(x: int) -> int:
     return x
+
+
+def test_min_replicas_to_write_refuses_an_enqueue_naming_noreplicas(
+        replicated: Replicated) -> None:
+    """docs/redis.md: a master with min-replicas-to-write above its replicas refuses
+    writes; the producer sees a BrokerError naming Redis' NOREPLICAS (with or without
+    the replica wait)."""
+    master = redis.Redis(port=replicated.master.port)
+    master.config_set("min-replicas-to-write", 2)
+    try:
+        for wait in (None, (1, 100)):
+            client = make_client(replicated, wait)
+            add = client.registry.get("jobs.add")
+            with pytest.raises(BrokerError, match="NOREPLICAS") as caught:
+                client.enqueue(add, (1, 2))
+            assert not isinstance(caught.value, NotReplicated)
+            client.broker.close()
+    finally:
+        master.config_set("min-replicas-to-write", 0)
+        master.close()

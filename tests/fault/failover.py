@@ -54,6 +54,8 @@ class Outcome:
     topology: str
     wait: bool
     kills: int
+    cut_s: float = 0.0
+    delay_s: float = 0.0
     acked: int = 0
     executed: int = 0
     lost: int = 0
@@ -71,13 +73,23 @@ class Outcome:
     def row(self) -> dict[str, Any]:
         return {
             "topology": self.topology, "replica wait": "on" if self.wait else "off",
+            "replicas cut before kill": f"{self.cut_s:g} s" if self.cut_s else "no",
+            "backlog": f"{self.delay_s:g} s delay" if self.delay_s else "none",
             "kills": self.kills, "acked": self.acked, "lost": self.lost,
             "duplicated": self.duplicated, "indeterminate": self.indeterminate,
             "of which ran": self.indeterminate_ran, "NotReplicated": self.not_replicated,
             "failover s (median)": _median(self.failover_s),
-            "kill to first completion s (median)": _median(self.recovery_s),
-            "(max)": round(max(self.recovery_s), 2) if self.recovery_s else "-",
+            # with a delay, the first completion after a kill waits for it: not shown
+            "kill to first completion s (median)":
+                "-" if self.delay_s else _median(self.recovery_s),
+            "(max)": round(max(self.recovery_s), 2) if self.recovery_s and not self.delay_s
+            else "-",
         }
+
+
+def _nowhere() -> int:
+    """A loopback port where nothing listens (taken free, then let go)."""
+    return topology.free_port()
 
 
 def _median(values: list[float]) -> Any:
@@ -89,9 +101,10 @@ class Producer(threading.Thread):
     own; an enqueue that raised is noted as indeterminate and not tried again (a retry
     would blur which enqueue the ledger line belongs to)."""
 
-    def __init__(self, task: Any, rate: float) -> None:
+    def __init__(self, task: Any, rate: float, delay_s: float = 0.0) -> None:
         super().__init__(daemon=True)
         self.task, self.period = task, 1.0 / rate
+        self.delay_s = delay_s
         self.acked: dict[str, float] = {}  # id -> time.time() enqueue returned
         self.indeterminate: set[str] = set()
         self.not_replicated = 0
@@ -104,7 +117,8 @@ class Producer(threading.Thread):
         while not self.stopping.is_set():
             message_id = uuid.uuid4().hex
             try:
-                self.task.options(task_id=message_id).enqueue(message_id)
+                options = {"delay": self.delay_s} if self.delay_s else {}
+                self.task.options(task_id=message_id, **options).enqueue(message_id)
                 self.acked[message_id] = time.time()
             except NotReplicated:
                 self.not_replicated += 1
@@ -155,7 +169,23 @@ class World:
     def _worker(self, n: int) -> WorkerProcess:
         return WorkerProcess(self.env, self.tmp / f"worker{n}.log", *WORKER_ARGS)
 
-    def kill_master(self) -> Any:
+    def master(self) -> Any:
+        if self.kind == "sentinel":
+            return self.topology.master()
+        return self.topology.master_of_slot(self.slot)
+
+    def kill_master(self, cut_s: float = 0.0) -> Any:
+        """SIGKILL the queue's master. With ``cut_s`` (Sentinel only), its replicas are
+        first pointed at a port where nothing listens (REPLICAOF) for that long, as a
+        network partition between them would: the writes the master acknowledges
+        meanwhile reach no replica, the window asynchronous replication leaves, made
+        wide enough to see on loopback. The sentinels then promote one of them."""
+        if cut_s:
+            master = self.master()
+            for node in self.topology.servers:
+                if node is not master and node.alive:
+                    node.call("REPLICAOF", topology.HOST, _nowhere())
+            time.sleep(cut_s)  # (noqa: sleep) the deliberate window before the kill
         if self.kind == "sentinel":
             return self.topology.kill_master()
         return self.topology.kill_master(self.slot)
@@ -179,21 +209,27 @@ def world(kind: str, tmp: Path, wait: tuple[int, int] | None,
 
 
 def run(kind: str, tmp: Path, *, wait: tuple[int, int] | None, kills: int, rate: float = 200,
-        steady_s: float = 2.0, drain_s: float = 90.0, label: str = "") -> Outcome:
+        steady_s: float = 2.0, drain_s: float = 90.0, label: str = "",
+        cut_s: float = 0.0, delay_s: float = 0.0) -> Outcome:
     """One run: ``kills`` SIGKILLs of the queue's master under a producer at ``rate``
-    enqueues a second, ``steady_s`` of load before each."""
+    enqueues a second, ``steady_s`` of load before each; ``cut_s``: see
+    World.kill_master(); ``delay_s``: every message is enqueued with that delay, so
+    the last ``delay_s`` of messages wait in the schedule at each kill (a backlog: a
+    message that already ran counts as run, whatever Redis forgets after)."""
+    if cut_s and kind != "sentinel":
+        raise ValueError("cut_s: Sentinel only (a cluster replica takes no REPLICAOF)")
     tmp.mkdir(parents=True, exist_ok=True)
-    outcome = Outcome(kind, wait is not None, kills)
+    outcome = Outcome(kind, wait is not None, kills, cut_s=cut_s, delay_s=delay_s)
     with world(kind, tmp, wait) as w:
-        producer = Producer(w.tasks["noop"], rate)
+        producer = Producer(w.tasks["noop"], rate, delay_s)
         producer.start()
         killed: list[float] = []
         try:
             for _ in range(kills):
                 _wait_for_progress(w, producer, steady_s)
-                killed_at = time.time()
+                dead = w.kill_master(cut_s)
+                killed_at = time.time()  # SIGKILL is kill_master()'s last step
                 killed.append(killed_at)
-                dead = w.kill_master()
                 w.topology.wait_failover(dead, timeout=60)
                 outcome.failover_s.append(time.time() - killed_at)
                 outcome.recovery_s.append(_first_completion_after(w, producer, killed_at))
@@ -244,11 +280,19 @@ def _first_completion_after(w: World, producer: Producer, killed_at: float,
     raise AssertionError(f"no message enqueued after the kill completed within {timeout} s")
 
 
-def _drain(w: World, acked: list[str], timeout: float) -> None:
-    """Until every acked message ran, or ``timeout`` (the checker then counts the rest)."""
+def _drain(w: World, acked: list[str], timeout: float, quiet_s: float = 8.0) -> None:
+    """Until every acked message ran, nothing new ran for ``quiet_s`` (what is left was
+    lost: the delay, 1 s, and a lease, 2 s, are long over), or ``timeout``."""
     deadline = time.monotonic() + timeout
     wanted = set(acked)
-    while time.monotonic() < deadline and not wanted <= w.ledger.done_ids():
-        time.sleep(0.1)  # (noqa: sleep) polling the ledger file for a condition
+    seen, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        lines = len(w.ledger.lines())
+        if lines != seen:
+            seen, since = lines, time.monotonic()
+        done = w.ledger.done_ids()
+        if wanted <= done or time.monotonic() - since > quiet_s:
+            break
+        time.sleep(0.2)  # (noqa: sleep) polling the ledger file for a condition
     # a few more seconds: a duplicate of a forgotten settle runs after its lease expires
     time.sleep(3.0)  # (noqa: sleep) the lease (2 s) of a forgotten delivery runs out
