@@ -9,7 +9,8 @@ each topology (a Sentinel set: 1 master, 2 replicas, 3 sentinels; a Redis Cluste
 masters with a replica each; both from tests/support/topology.py on loopback), with
 and without ``replica_wait=(1, 1000)``, two worker processes and a producer enqueueing
 ``--rate`` messages a second, one at a time; every few seconds the master holding the
-queue is SIGKILLed, and started again as a replica once the failover is done. Counted
+queue is SIGKILLed, and started again as a replica once the failover is done (the
+scenarios: SCENARIOS below). Counted
 from the producer's list and a ledger the task bodies write (outside Redis): lost
 (enqueue returned an id, never ran), duplicated, indeterminate (enqueue raised), the
 failover's own time and the time from the kill to the first completion of a message
@@ -59,14 +60,25 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: (topology, replicas cut before the kill s, message delay s): the rows of the table.
+#: Without cut and delay, the completion time after a kill; with a delay (a backlog of
+#: that many seconds of messages at each kill) and a cut (Sentinel: the replicas
+#: pointed elsewhere that long before the kill, as a network partition would), what a
+#: failover forgets.
+SCENARIOS = [("sentinel", 0.0, 0.0), ("sentinel", 0.3, 1.0), ("cluster", 0.0, 0.0),
+             ("cluster", 0.0, 1.0)]
+
+
 def failovers(kinds: list[str], kills: int, rate: float, tmp: Path) -> list[dict[str, Any]]:
     rows = []
-    for kind in kinds:
+    for kind, cut, delay in SCENARIOS:
+        if kind not in kinds:
+            continue
         for wait in (None, WAIT):
-            label = f"{kind}-{'wait' if wait else 'nowait'}"
+            label = f"{kind}-{'wait' if wait else 'nowait'}-cut{cut:g}-delay{delay:g}"
             print(f"# failover {label}: {kills} kills at {rate:g} enqueues/s", flush=True)
             outcome = failover.run(kind, tmp / label, wait=wait, kills=kills, rate=rate,
-                                   steady_s=3.0, label=label)
+                                   steady_s=3.0, cut_s=cut, delay_s=delay, label=label)
             rows.append(outcome.row())
             print(table([rows[-1]]), flush=True)
     return rows

@@ -180,7 +180,10 @@ def latency(url: str, n: int, rate: float) -> dict[str, float]:
     task = client.registry.get("lat")
     calls = [CallOptions(queue=q) for q in QUEUES]
     proc = _spawn(url, namespace, "latency", n)
-    time.sleep(2.0)  # the worker up and reading before the first message
+    deadline = time.monotonic() + 60
+    while not client.workers() and time.monotonic() < deadline:  # its first heartbeat
+        time.sleep(0.05)
+    time.sleep(0.5)  # its fetch loops reading before the first message
     began = time.perf_counter()
     for i in range(n):
         delay = began + i / rate - time.perf_counter()
@@ -198,13 +201,15 @@ def latency(url: str, n: int, rate: float) -> dict[str, float]:
 
 
 def sitting(args: argparse.Namespace) -> dict[str, Any]:
-    single = RedisServer()
-    sentinels = topology.SentinelSet()
-    cluster = topology.Cluster()
+    # Each built once the one before is up: their free ports are taken when built.
+    single = RedisServer().start()
+    sentinels: Any = None
+    cluster: Any = None
     runs: list[dict[str, Any]] = []
     try:
-        urls = {"single": single.start().url,
-                "sentinel": sentinels.start().url(), "cluster": cluster.start().url}
+        sentinels = topology.SentinelSet().start()
+        cluster = topology.Cluster().start()
+        urls = {"single": single.url, "sentinel": sentinels.url(), "cluster": cluster.url}
         for r in range(args.repeats):
             order = TOPOLOGIES[r % 3:] + TOPOLOGIES[:r % 3]
             for name in order:
@@ -218,8 +223,9 @@ def sitting(args: argparse.Namespace) -> dict[str, Any]:
                 print(json.dumps(row), flush=True)
     finally:
         single.stop()
-        sentinels.stop()
-        cluster.stop()
+        for up in (sentinels, cluster):
+            if up is not None:
+                up.stop()
     return {"runs": runs, "queues": QUEUES, "argv": sys.argv[1:],
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count()}
 
