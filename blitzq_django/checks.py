@@ -6,7 +6,8 @@ blitzq.E002    unknown key in BLITZQ
 blitzq.E003    a value of the wrong type (also: REDACT entries that are not names)
 blitzq.E004    a value out of range, not finite (NaN, inf), or not one of the choices
 blitzq.E005    REDIS_URL is unparsable (bad IPv6 host, bad port) or not a
-               redis://, rediss:// or unix:// URL
+               redis://, rediss://, unix://, redis[s]+sentinel:// (with a service)
+               or redis[s]+cluster:// (database 0 only) URL
 blitzq.E006    CACHE_ALIAS names no cache, or not a Redis cache
 blitzq.E007    (deploy) Redis cannot be reached
 blitzq.E008    a REDIS_OPTIONS key that redis-py does not take (hint: the closest one)
@@ -45,6 +46,12 @@ blitzq.W007    THREADS x PROCESSES >= 100 with persistent database connections
                (CONN_MAX_AGE != 0, not SQLite): every task thread keeps one open
 blitzq.W008    HISTORY is on but EVENTS is off: history is fed by the events streams,
                so no task history is written
+blitzq.E024    (deploy) the Redis Cluster's state is not ok (slots uncovered, a
+               master down without a replica to replace it)
+blitzq.W012    (deploy) a Redis Cluster master, or the Sentinel-watched master, has
+               no live replica: its death loses its queues until it comes back
+blitzq.W013    (deploy) a master with replicas has min-replicas-to-write 0: it takes
+               writes while cut off from every replica (a failover then drops them)
 blitzq.W009    (deploy) a queue holds messages waiting to run and no live worker
                serves it
 blitzq.W010    (deploy) NAMESPACE is the default "blitzq", shared by every project
@@ -78,6 +85,7 @@ from django.core.management import get_commands
 from django.db import connections
 
 from . import queues, schema
+from .engine.brokers.capabilities import TOPOLOGY_FACTS
 from .engine.core.registry import unserved
 from .engine.errors import BlitzqError
 from .registry import declared_queues, duplicate_tasks, registry
@@ -309,7 +317,7 @@ def judge_redis(info: dict[str, Any], policy: str | None,
                 why: str = "") -> list[checks.CheckMessage]:
     """The deploy checks of one Redis server, from what ``broker.server_facts()`` read.
     Pure."""
-    found: list[checks.CheckMessage] = []
+    found: list[checks.CheckMessage] = judge_topology(info.get(TOPOLOGY_FACTS))
     version = redis_version(info)
     if version is not None and version[:2] < REDIS_MIN_VERSION:
         found.append(checks.Error(
@@ -346,6 +354,46 @@ def judge_redis(info: dict[str, Any], policy: str | None,
             "idempotency keys, unique markers and revocations can vanish early (a duplicate "
             "enqueue is then accepted, a cancelled task may run).",
             hint=hint, obj="settings.BLITZQ", id="blitzq.W005"))
+    return found
+
+
+def judge_topology(facts: dict[str, Any] | None) -> list[checks.CheckMessage]:
+    """The deploy checks of a Sentinel or Cluster topology (E024, W012, W013), from the
+    facts ``broker.server_facts()`` read (engine/brokers/redis/facts.py). Pure."""
+    if not facts:
+        return []
+    found: list[checks.CheckMessage] = []
+    where = "The Redis Cluster" if facts["kind"] == "cluster" else "The Sentinel master"
+    if facts.get("error"):
+        return [checks.Warning(f"Cannot read the Redis topology: {facts['error']}",
+                               obj="settings.BLITZQ", id="blitzq.W012")]
+    state = facts.get("cluster_state")
+    if state is not None and state != "ok":
+        found.append(checks.Error(
+            f"The Redis Cluster's state is {state!r}: some slots are not served, and the "
+            "queues in them can neither take nor give messages.",
+            hint="Run `redis-cli --cluster check <host:port>` and fix the cluster (every "
+                 "slot assigned to a live master).",
+            obj="settings.BLITZQ", id="blitzq.E024"))
+    alone = facts.get("masters_without_replica") or []
+    if facts.get("replicas") == 0 or alone:
+        which = (f"master(s) {', '.join(alone)} of the Redis Cluster have" if alone
+                 else "The Sentinel-watched master has")
+        found.append(checks.Warning(
+            f"{which} no live replica: if it dies, nothing takes its place, and its queues "
+            "stop (and lose what was not persisted) until it comes back.",
+            hint="Give each master at least one replica (docs/redis.md).",
+            obj="settings.BLITZQ", id="blitzq.W012"))
+    replicated = facts.get("replicas", 1) and len(alone) < facts.get("masters", 1)
+    if replicated and facts.get("min_replicas_to_write") == 0:
+        found.append(checks.Warning(
+            f"{where} takes writes with min-replicas-to-write 0: a master cut off from its "
+            "replicas keeps accepting enqueues and settlements that the failover then "
+            "forgets.",
+            hint="Set min-replicas-to-write 1 and min-replicas-max-lag 10 on each master "
+                 "(docs/redis.md), or silence blitzq.W013 if losing those writes is "
+                 "acceptable.",
+            obj="settings.BLITZQ", id="blitzq.W013"))
     return found
 
 

@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
@@ -66,6 +67,10 @@ def redis_location(merged: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             if cache_options.get("PASSWORD"):
                 options["password"] = cache_options["PASSWORD"]
             options.update(cache_options.get("CONNECTION_POOL_KWARGS") or {})
+            if cache_options.get("SENTINELS"):
+                url, sentinel_kwargs = sentinel_url(url, cache_options)
+                if sentinel_kwargs is not None:
+                    options["sentinel_kwargs"] = sentinel_kwargs
         else:
             options.update({k: v for k, v in cache_options.items()
                             if k not in ("pool_class", "parser_class", "db")})
@@ -81,6 +86,21 @@ def redis_location(merged: dict[str, Any]) -> tuple[str, dict[str, Any]]:
                                        "(blitzq.E005).")
     options.update(merged["REDIS_OPTIONS"])
     return url, options
+
+
+def sentinel_url(location: str, cache_options: dict[str, Any]
+                 ) -> tuple[str, dict[str, Any] | None]:
+    """(redis+sentinel URL, sentinel_kwargs) of a django-redis SentinelClient cache:
+    its LOCATION names the service as its host (``redis://[:pw@]mymaster/0``), its
+    OPTIONS list the SENTINELS [(host, port)] and perhaps their SENTINEL_KWARGS."""
+    parts = urlsplit(location)
+    scheme = "rediss+sentinel" if parts.scheme == "rediss" else "redis+sentinel"
+    hosts = ",".join(f"[{h}]:{p}" if ":" in str(h) else f"{h}:{p}"
+                     for h, p in cache_options["SENTINELS"])
+    userinfo = parts.netloc.rpartition("@")[0]
+    db = parts.path.strip("/") or "0"
+    url = f"{scheme}://{userinfo + '@' if userinfo else ''}{hosts}/{parts.hostname}/{db}"
+    return url, cache_options.get("SENTINEL_KWARGS")
 
 
 def redis_source(merged: dict[str, Any]) -> str:

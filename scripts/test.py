@@ -5,6 +5,7 @@
     python3 scripts/test.py -k retry -x      # unknown arguments go to pytest
     python3 scripts/test.py -- --help        # everything after "--" goes to pytest
     python3 scripts/test.py --no-django6     # not the Django 6 pass (quicker local runs)
+    python3 scripts/test.py --no-topology    # not the Sentinel/Cluster pass (step 6)
 
 Steps, in order; a failing step does not stop the later ones, and the summary at
 the end lists them all:
@@ -16,6 +17,15 @@ the end lists them all:
    ``mypy`` over ``blitzq_django/`` and ``tests/test_types.py`` (``[tool.mypy]`` in
    pyproject.toml).
 3. pytest over ``tests/`` (SQLite). Exit code 5, "no tests collected", is a failure.
+   Before it, one Redis Cluster (3 masters with a replica each) and one Sentinel set
+   (1 master, 2 replicas, 3 sentinels) start on free loopback ports from
+   ``redis-server`` alone (``tests/support/topology.py``, imported by path: stdlib
+   only); every pass gets their URLs in ``BLITZQ_TEST_CLUSTER_URL`` and
+   ``BLITZQ_TEST_SENTINEL_URL``, and they are torn down after the last pass, whatever
+   happened. The engine's behaviour tests run on one server, on Sentinel and on
+   Cluster; this pass runs the Sentinel and Cluster cases of the core modules
+   (``DEFAULT_PASS_MODULES`` in tests/engine/conftest.py), pytest.ini's ``-m "not
+   topology"`` leaves the others to step 6.
 4. The Django tests (``tests/django``) again on PostgreSQL when one is reachable
    (``DATABASE_URL``, else ``postgres://postgres@127.0.0.1:5432/test``); skipped
    with the reason otherwise.
@@ -23,8 +33,10 @@ the end lists them all:
    dashboard's pages are drawn differently by each Django) again with Django 6 in
    ``.venv-dj6``, on Python 3.12+ (skipped with the reason when there is none, or with
    ``--no-django6``).
+6. The Sentinel and Cluster cases left out of step 3: ``pytest -m topology
+   tests/engine``, on the same cluster and Sentinel set (``--no-topology`` skips it).
 
-Steps 4 and 5 start first and run beside step 3: each waits on its own Redis,
+Steps 4, 5 and 6 start first and run beside step 3: each waits on its own Redis,
 processes and database far more than it computes. When both run, step 3 leaves
 ``tests/django`` to them (``--ignore``): it is then run twice, on PostgreSQL with
 Django 5.2 and on SQLite with Django 6, instead of three times. When either is

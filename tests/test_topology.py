@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from .support import topology
+from .support.clients import drop_keys, raw_client
 
 pytestmark = pytest.mark.skipif(topology.missing_reason() is not None,
                                 reason=str(topology.missing_reason()))
@@ -46,10 +47,38 @@ def test_session_urls(cluster_url: str, sentinel_url: str) -> None:
     assert topology.cluster_info(port)["cluster_state"] == "ok"
 
 
-def test_a_failing_start_leaves_nothing_behind(tmp_path: object) -> None:
+def test_a_failing_start_leaves_nothing_behind() -> None:
     cluster = topology.Cluster()
     cluster.nodes[0].args.append("--no-such-option")
     with pytest.raises(topology.TopologyError, match="exited"):
         cluster.start()
     assert not any(node.alive for node in cluster.nodes)
     assert not cluster.root.exists()
+
+
+def test_drop_keys_empties_every_master_of_a_namespace(cluster_url: str) -> None:
+    client = raw_client(cluster_url)
+    try:
+        keys = [f"tdrop:{{q{n}}}:k" for n in range(30)]  # 30 hash tags: every master
+        for key in keys:
+            client.set(key, "1")
+        client.set("tdropother:k", "1")
+        ports = [int(hp.rsplit(":", 1)[1]) for hp in cluster_url.split("//")[1].split(",")]
+        masters = [p for p in ports if topology.info(p, "replication")["role"] == "master"]
+        assert all(_scan(port, "tdrop:*") for port in masters)
+        drop_keys(client, "tdrop:*")
+        assert not any(_scan(port, "tdrop:*") for port in masters)
+        assert client.get("tdropother:k") == b"1"
+        client.delete("tdropother:k")
+    finally:
+        client.close()
+
+
+def _scan(port: int, pattern: str) -> list[str]:
+    """Every key of one node that matches (SCAN to the end, on that node alone)."""
+    found, cursor = [], "0"
+    while True:
+        cursor, keys = topology.call(port, "SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+        found += keys
+        if cursor == "0":
+            return found

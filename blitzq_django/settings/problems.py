@@ -18,7 +18,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
 
@@ -31,7 +30,6 @@ from .schema import (
     DELIVERY_MODES,
     NONE,
     REDIS_CACHE_BACKENDS,
-    REDIS_SCHEMES,
     SECRET_KEYS,
     SETTINGS,
 )
@@ -148,8 +146,10 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
         wrong = url_problem(url)
         if wrong:
             found.append(Problem("blitzq.E005", "REDIS_URL", f"BLITZQ['REDIS_URL'] {wrong}.",
-                                 "For example redis://localhost:6379/0 or "
-                                 "unix:///run/redis.sock?db=0."))
+                                 "For example redis://localhost:6379/0, "
+                                 "unix:///run/redis.sock?db=0, redis+sentinel://"
+                                 "h1:26379,h2:26379/mymaster/0 or redis+cluster://"
+                                 "h1:6379,h2:6379."))
     if "REDIS_OPTIONS" not in bad_type:
         found += _redis_options_problems(merged["REDIS_OPTIONS"])
     if "RATE_LIMITS" not in bad_type:
@@ -265,20 +265,15 @@ def _queue_concurrency_problems(caps: dict[Any, Any]) -> list[tuple[Any, str]]:
 
 
 def url_problem(url: str) -> str | None:
-    """What is wrong with a Redis URL ("has scheme 'http'; ..."), or None.
+    """What is wrong with a Redis URL ("has scheme 'http'; ..."), or None: a single
+    server's, a Sentinel set's or a Redis Cluster's (engine/brokers/redis/topology.py).
 
     Never repeats the URL: it may hold a password.
     """
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsed lazily: a bad port raises only here
-    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535"
-        # Some of these messages quote the netloc, which may hold user:password@.
-        return "is not a valid URL" + ("" if "@" in str(exc) else f": {exc}")
-    if parts.scheme not in REDIS_SCHEMES:
-        return (f"has scheme {parts.scheme!r}; expected one of "
-                f"{', '.join(REDIS_SCHEMES)}")
-    return None
+    # lazy: cost (redis-py, read by the first check)
+    from ..engine.brokers.redis import topology
+
+    return topology.problem(url)
 
 
 @functools.cache
@@ -305,7 +300,10 @@ def redis_option_names() -> frozenset[str]:
                 names.update(p.name for p in inspect.signature(init).parameters.values()
                              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     names.discard("self")
-    return frozenset(names)
+    # lazy: cost (redis-py, read by the first check)
+    from ..engine.brokers.redis import topology
+
+    return frozenset(names | topology.option_names())
 
 
 def _redis_options_problems(options: dict[Any, Any]) -> list[Problem]:

@@ -17,6 +17,7 @@ from blitzq_django.engine.core import events as ev
 from blitzq_django.engine.core.events import Event, valid_path
 from blitzq_django.engine.worker import flusher
 
+from ..support.clients import client_list
 from ..support.waiting import await_until, wait_until
 from .helpers import arun_burst, background_worker, raw_redis, run_burst
 
@@ -440,7 +441,7 @@ def _blocked(client: Client) -> bool:
     """A reader blocks in the broker (for "$": what comes after the call)."""
     if isinstance(client.broker, MemoryBroker):
         return bool(client.broker._changed._waiters)  # type: ignore[attr-defined]
-    clients = raw_redis(client.broker).client_list()
+    clients = client_list(raw_redis(client.broker))
     return any(c.get("cmd") == "xread" for c in clients)
 
 

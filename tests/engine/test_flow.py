@@ -20,6 +20,7 @@ from blitzq_django.engine import (
 )
 from blitzq_django.engine.core import record as states
 
+from ..support.clients import subscribers
 from ..support.waiting import await_until
 from .helpers import arun_burst, raw_redis, ready_message_ids, run_burst
 
@@ -31,7 +32,7 @@ async def wait_until_waiting(broker: RedisBroker | MemoryBroker, queue: str, mes
         channel = broker.keys.queue(queue).done_channel(message_id)
 
         def subscribed() -> bool:
-            return raw_redis(broker).pubsub_numsub(channel)[0][1] >= 1
+            return subscribers(raw_redis(broker), channel) >= 1
 
         await await_until(subscribed, 5, message="get_result to subscribe")
     elif sync_waiter:

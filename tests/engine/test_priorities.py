@@ -12,6 +12,7 @@ import pytest
 from blitzq_django.engine import Client, MemoryBroker, RedisBroker, Retry
 from blitzq_django.engine.errors import ConfigurationError
 
+from ..support.clients import client_list
 from ..support.waiting import await_until
 from .helpers import background_worker, raw_redis, run_burst
 
@@ -90,7 +91,7 @@ def test_lone_low_message_is_not_delayed_by_the_blocking_read(
 
 def _blocked_in_a_read(broker: RedisBroker) -> bool:
     return any(c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "")
-               for c in raw_redis(broker).client_list())
+               for c in client_list(raw_redis(broker)))
 
 
 def test_priority_per_task_and_per_call(redis_broker: RedisBroker) -> None:

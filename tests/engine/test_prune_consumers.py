@@ -10,6 +10,7 @@ import redis
 from blitzq_django.engine import Client, MemoryBroker, RedisBroker
 from blitzq_django.engine.brokers.redis.keys import GROUP
 
+from ..support.clients import client_list
 from ..support.waiting import await_until
 
 MIN_IDLE_MS = 200
@@ -92,7 +93,7 @@ async def test_a_consumer_pruned_while_blocked_in_a_read_owns_what_it_reads(
                       > MIN_IDLE_MS, message="the consumer to be idle")
     reading = asyncio.ensure_future(redis_broker.fetch(["default"], "live", 1, 10_000))
     await await_until(lambda: any(c["cmd"] == "xreadgroup" and "b" in c["flags"]
-                                  for c in redis_client.client_list()),
+                                  for c in client_list(redis_client)),
                       message="the read to block")
     assert await redis_broker.prune_consumers("default", MIN_IDLE_MS) == 1
     t.enqueue()

@@ -13,6 +13,10 @@ from blitzq_django.engine import BrokerUnavailable, Client, RedisBroker
 from blitzq_django.engine.brokers.redis.ops import Op
 from blitzq_django.engine.core.message import Message, decode
 
+# Counted on one server's connection (connection_class, MONITOR); a Sentinel or cluster
+# client builds its connections itself, one pool per node.
+pytestmark = pytest.mark.single_node("counts the writes of one server's connections")
+
 
 class CountingConnection(redis.Connection):
     """A real connection that counts how many times it writes to the socket."""

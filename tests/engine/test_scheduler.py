@@ -22,6 +22,7 @@ from blitzq_django.engine.core.schedules import Schedule, build, occurrence_id
 from blitzq_django.engine.errors import ConfigurationError
 from blitzq_django.engine.scheduler import Scheduler
 
+from ..support.clients import Listener, subscribers
 from ..support.waiting import await_until
 from .helpers import arun_burst
 
@@ -309,7 +310,7 @@ async def test_a_new_earliest_delayed_message_wakes_the_promoter_at_once(
     channel = redis_broker.keys.queue("default").wake_channel
 
     async def listening() -> bool:
-        return dict(redis_client.pubsub_numsub(channel)).get(channel.encode(), 0) >= 1
+        return subscribers(redis_client, channel) >= 1
 
     async with contextlib.AsyncExitStack() as stack:
         if promoter == "scheduler":
@@ -342,14 +343,13 @@ def test_enqueue_publishes_only_a_new_earliest_delayed_message(
     client = make_client(redis_broker)
     tick = client.registry.find("jobs.tick")
     assert tick is not None
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(redis_broker.keys.queue("default").wake_channel)
+    listener = Listener(redis_client, redis_broker.keys.queue("default").wake_channel)
     try:
-        assert pubsub.get_message(timeout=1.0) is None  # the subscription confirmation
+        assert listener.get(timeout=1.0) is None  # the subscription confirmation
 
         def published() -> list[int]:
             out = []
-            while (message := pubsub.get_message(timeout=0.2)) is not None:
+            while (message := listener.get(timeout=0.2)) is not None:
                 out.append(int(message["data"]))
             return out
 
@@ -363,7 +363,7 @@ def test_enqueue_publishes_only_a_new_earliest_delayed_message(
         assert due < redis_client.zscore(redis_broker.keys.queue("default").schedule,
                                          first.id)
     finally:
-        pubsub.close()
+        listener.close()
 
 
 @pytest.mark.asyncio

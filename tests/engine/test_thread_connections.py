@@ -27,6 +27,7 @@ def broker(redis_url: str, namespace: str) -> RedisBroker:
     broker.close()
 
 
+@pytest.mark.single_node("looks into one redis.Redis pool; a cluster client has one a node")
 def test_each_thread_keeps_one_connection_and_gives_it_back(broker: RedisBroker) -> None:
     pool = broker.sync.client.connection_pool
     mine = _address(broker)

@@ -181,8 +181,8 @@ def test_the_marker_expires_with_the_idempotency_ttl(redis_broker: RedisBroker) 
         return None
 
     h = t.enqueue()
-    (marker,) = raw_redis(redis_broker).keys(redis_broker.keys.queue("default")
-                                             .unique_marker("*"))
+    (marker,) = raw_redis(redis_broker).scan_iter(
+        match=redis_broker.keys.queue("default").unique_marker("*"))
     assert raw_redis(redis_broker).get(marker).decode() == h.id
     ttl = raw_redis(redis_broker).ttl(marker)
     assert 0 < ttl <= redis_broker.idempotency_ttl

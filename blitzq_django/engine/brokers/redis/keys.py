@@ -2,6 +2,13 @@
 
 Every key of one queue carries the same hash tag ``{<ns>:<queue>}``, so each Lua
 script touches one cluster slot and different queues may live on different nodes.
+The keys ``bq:{ns}:...`` (worker registry and infos, revocation and schedules
+channels, rate buckets, seen queues) are the namespace's, in the slot of ``{ns}``:
+no script spans them and a queue (pipelines do, never as a transaction). On a Redis
+Cluster a queue's channels are shard channels (SPUBLISH / SSUBSCRIBE on the node of
+its slot); the namespace's are plain ones. Each script lists in KEYS every key it
+touches (tests/engine/test_topologies.py runs the flows under MONITOR to check it).
+The table: queue slot above ``bq:{ns}:workers``, namespace slot from it on.
 
 ======================================  ========  =============================================
 key                                     type      holds

@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.cluster
 import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
@@ -155,6 +156,12 @@ async def _apooled(pool: Any) -> Any:
         return await pool.get_connection("EVALSHA")
 
 
+def _sentinels(client: Any) -> list[Any]:
+    """The clients of the sentinels a Sentinel-watched master's pool asks (else [])."""
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    return list(getattr(manager, "sentinels", ()))
+
+
 def _finish(ops: Sequence[Op], replies: list[Any]) -> list[Any]:
     out = []
     for op, reply in zip(ops, replies, strict=True):
@@ -184,6 +191,8 @@ class SyncStore:
     def _own(self) -> redis.Redis:
         """This thread's client, made again in a forked child (the parent's connection is
         not its own: redis-py closes the child's copy without shutting the socket down)."""
+        # On Sentinel, the kept connection asks the sentinels for the master whenever it
+        # reconnects (topology.SentinelConnection).
         if self.cluster:  # RedisCluster keeps a pool per node: no connection of its own
             return self.client
         local = self._local
@@ -207,21 +216,7 @@ class SyncStore:
                 reply = client.execute_command(*command)
             return op.result(reply)
         except REDIS_ERRORS as exc:
-            if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
-                self._forget_own()
             raise mapped(exc, self.url) from exc
-
-    def _forget_own(self) -> None:
-        """Give this thread's connection back after a connection error: the next call
-        takes one from the pool, which connects where the pool says. A kept connection
-        would reconnect to the address it had (redis-py reconnects a dropped socket
-        without asking a Sentinel pool again), and so to a dead master forever after a
-        Sentinel failover (found by tests/fault/test_failover.py)."""
-        local = self._local
-        client, local.client, local.pid = getattr(local, "client", None), None, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
 
     def run_many(self, ops: Sequence[Op]) -> list[Any]:
         """All ops in one round trip (not a transaction: each op is atomic on its own)."""
@@ -244,10 +239,36 @@ class SyncStore:
         return _finish(ops, replies)
 
     def _pipeline(self, ops: Sequence[Op]) -> list[Any]:
+        if self.cluster:
+            return self._cluster_pipeline(ops)
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
             _queue(pipe, op)
         return pipe.execute(raise_on_error=False)
+
+    def _routed(self, op: Op) -> dict[str, Any]:
+        """A cluster pipeline cannot route a keyless command: a WAIT (replica_wait) goes
+        to the node of the key it names, after that node's writes, on their connection."""
+        if op.keys and op.command[:1] == ("WAIT",):
+            return {"target_nodes": self.client.get_node_from_key(op.keys[0])}
+        return {}
+
+    def _cluster_pipeline(self, ops: Sequence[Op]) -> list[Any]:
+        # redis-py's cluster pipeline sends again, one at a time, every command whose node
+        # answered MOVED, ASK... or timed out: not a timed-out one here (it may have run).
+        pipe = self.client.pipeline(transaction=False)
+        replies = list(pipe.send_cluster_commands(  # type: ignore[attr-defined]
+            [redis.cluster.PipelineCommand(_command(op), self._routed(op), i)
+             for i, op in enumerate(ops)],
+            raise_on_error=False, allow_redirections=False))
+        for i, reply in enumerate(replies):
+            if isinstance(reply, topology.NOT_RUN):
+                try:
+                    replies[i] = self.client.execute_command(*_command(ops[i]),
+                                                             **self._routed(ops[i]))
+                except (redis.RedisError, OSError) as exc:
+                    replies[i] = exc
+        return replies
 
     def run_streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
         """Every op's result, in order, as run_many() of all groups would give, but each
@@ -300,6 +321,8 @@ class SyncStore:
 
     def close(self) -> None:
         self.client.close()
+        for sentinel in _sentinels(self.client):  # their connections are not the pool's
+            sentinel.close()
 
 
 #: A shard subscription spread over several cluster nodes is read node after node, this
@@ -313,11 +336,14 @@ class Listener:
     channel's slot; classic channels are broadcast to every node of a cluster)."""
 
     def __init__(self, client: Any, sharded: bool) -> None:
+        self._client = client
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)
         self._sharded = sharded
 
     async def subscribe(self, *channels: str) -> None:
         if self._sharded:
+            # the slot map, which a first command would have read (the channels' nodes)
+            await self._client.initialize()
             await self._pubsub.ssubscribe(*channels)
         else:
             await self._pubsub.subscribe(*channels)
@@ -466,3 +492,5 @@ class AsyncStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+        for sentinel in _sentinels(self.client):
+            await sentinel.aclose()

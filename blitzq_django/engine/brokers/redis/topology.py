@@ -27,12 +27,17 @@ that may have run, unless it is idempotent):
 - every topology: a connection error (redis-py's ``retry``, 3 times, backoff 50 ms to
   1 s); never a timeout;
 - Sentinel: a ``READONLY`` reply (the master this connection knew was demoted) is
-  turned by redis-py into a connection error after it drops the connection, so the next
-  try asks the sentinels for the master again; READONLY means the command did not run;
+  turned by redis-py into a connection error after it drops the connection, and the
+  retry reconnects to the master the sentinels name now (:class:`SentinelConnection`:
+  redis-py's own went back to the old address). READONLY means nothing was written (a
+  replica refuses a script at its first write command, before it writes), so sending
+  the call again is safe;
 - Cluster: ``MOVED`` and ``ASK`` are followed, ``TRYAGAIN`` re-sent after 50 ms (none
   of these ran the command), ``CLUSTERDOWN`` and a connection error re-read the slot map
   and send again (redis-py, ``cluster_error_retry_attempts``). A timeout is not retried
-  (redis-py would: :class:`Cluster` removes it from the retried errors).
+  (redis-py would: :class:`Cluster` removes it from the retried errors, and the sync
+  store's pipelines send again only the commands of ``NOT_RUN``; the async store times
+  calls out itself, so redis-py never sees a timeout there).
 """
 
 from __future__ import annotations
@@ -45,9 +50,19 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.connection
 import redis.asyncio.sentinel
 import redis.cluster
+import redis.connection
 import redis.sentinel
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 SINGLE, SENTINEL, CLUSTER = "single", "sentinel", "cluster"
@@ -211,23 +226,65 @@ def _redacted_query(query: str) -> str:
 # -- clients --------------------------------------------------------------------------
 
 
+#: Cluster replies of a command that did not run (the node does not serve its slot now,
+#: or is failing over), or a connection error (sent again, as on one server: see
+#: store.client_options): such a command of a pipeline is sent again on its own.
+NOT_RUN = (MovedError, AskError, TryAgainError, ClusterDownError, SlotNotCoveredError,
+           RedisConnectionError)
+
+
 class Cluster(redis.cluster.RedisCluster):
     """RedisCluster that does not send a command again after a timeout: it may have run
     (redis-py retries timeouts like connection errors)."""
 
-    ERRORS_ALLOW_RETRY = tuple(e for e in redis.cluster.RedisCluster.ERRORS_ALLOW_RETRY
-                               if e is not RedisTimeoutError)
+    ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
+        e for e in redis.cluster.RedisCluster.ERRORS_ALLOW_RETRY if e is not RedisTimeoutError)
 
 
 class AsyncCluster(redis.asyncio.cluster.RedisCluster):
     """redis.asyncio's RedisCluster with the same rule as :class:`Cluster`."""
 
-    ERRORS_ALLOW_RETRY = tuple(e for e in redis.asyncio.cluster.RedisCluster.ERRORS_ALLOW_RETRY
-                               if e is not RedisTimeoutError)
+    ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
+        e for e in redis.asyncio.cluster.RedisCluster.ERRORS_ALLOW_RETRY
+        if e is not RedisTimeoutError)
+
+
+class SentinelConnection(redis.sentinel.SentinelManagedConnection):
+    """Asks the sentinels where the master is at every connect. redis-py asks only when
+    the pool hands the connection out: the reconnect of its retry (after a connection
+    error, or the READONLY of a demoted master) went back to the old address, so the
+    retry could not reach the new master."""
+
+    def connect_check_health(self, check_health: bool = True,
+                             retry_socket_connect: bool = True) -> None:
+        if self._sock is None and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health,
+                                     retry_socket_connect=retry_socket_connect)
+
+
+class SentinelSSLConnection(SentinelConnection, redis.connection.SSLConnection):
+    pass
+
+
+class AsyncSentinelConnection(redis.asyncio.sentinel.SentinelManagedConnection):
+    """:class:`SentinelConnection` for redis.asyncio."""
+
+    async def connect_check_health(self, check_health: bool = True,
+                                   retry_socket_connect: bool = True) -> None:
+        if not self.is_connected and self.connection_pool.is_master:
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super().connect_check_health(check_health=check_health,
+                                           retry_socket_connect=retry_socket_connect)
+
+
+class AsyncSentinelSSLConnection(AsyncSentinelConnection,
+                                 redis.asyncio.connection.SSLConnection):
+    pass
 
 
 def _query_options(query: dict[str, str]) -> dict[str, Any]:
-    parsers = redis.connection.URL_QUERY_ARGUMENT_PARSERS
+    parsers: dict[str, Any] = dict(redis.connection.URL_QUERY_ARGUMENT_PARSERS)
     out: dict[str, Any] = {}
     for name, value in query.items():
         parser = parsers.get(name)
@@ -285,7 +342,8 @@ def sync_client(url: str, options: dict[str, Any]) -> Any:
         sentinel = redis.sentinel.Sentinel(
             list(target.hosts), min_other_sentinels=options.get("min_other_sentinels", 0),
             sentinel_kwargs=_sentinel_kwargs(target, options), **server)
-        return sentinel.master_for(target.service, db=target.db)
+        return sentinel.master_for(target.service, db=target.db, connection_class=(
+            SentinelSSLConnection if server.get("ssl") else SentinelConnection))
     _check_cluster_options(server)
     server.pop("db", None)
     return Cluster(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in target.hosts],
@@ -303,7 +361,8 @@ def async_client(url: str, options: dict[str, Any]) -> Any:
         sentinel = redis.asyncio.sentinel.Sentinel(
             list(target.hosts), min_other_sentinels=options.get("min_other_sentinels", 0),
             sentinel_kwargs=_sentinel_kwargs(target, options), **server)
-        return sentinel.master_for(target.service, db=target.db)
+        return sentinel.master_for(target.service, db=target.db, connection_class=(
+            AsyncSentinelSSLConnection if server.get("ssl") else AsyncSentinelConnection))
     _check_cluster_options(server)
     server.pop("db", None)
     return AsyncCluster(
