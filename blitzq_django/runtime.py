@@ -113,6 +113,12 @@ def redis_source(merged: dict[str, Any]) -> str:
     return "env" if os.environ.get("REDIS_URL") else "default"
 
 
+def replica_wait(merged: dict[str, Any]) -> tuple[int, int] | None:
+    """The broker's replica_wait: REPLICA_WAIT as (replicas, timeout ms), or None."""
+    wait = merged["REPLICA_WAIT"]
+    return None if wait is None else (wait["replicas"], wait["timeout_ms"])
+
+
 def events_maxlen(merged: dict[str, Any]) -> int:
     """The brokers' events_maxlen: EVENTS_MAXLEN, or 0 (off) when EVENTS is False."""
     return merged["EVENTS_MAXLEN"] if merged["EVENTS"] else 0
@@ -164,7 +170,8 @@ def build_client(merged: dict[str, Any]) -> Client:
                                  events_maxlen=events_cap(merged),
                                  event_details=history_on(merged),
                                  mode=merged["MODE"], queue_modes=merged["QUEUE_MODES"],
-                                 redis_options=options)
+                                 redis_options=options,
+                                 replica_wait=replica_wait(merged))
         client = Client(broker, registry, store_results=merged["STORE_RESULTS"],
                         track_state=merged["TRACK_STATE"],
                         max_message_size=merged["MAX_MESSAGE_SIZE"],

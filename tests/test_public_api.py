@@ -31,7 +31,8 @@ TOP_LEVEL = [
 ENGINE = [
     "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Cancellation",
     "Client", "ConfigurationError", "DeadLetter", "MemoryBroker", "Message",
-    "MessageDecodeError", "MessageEncodeError", "MessageError", "MessageTooLarge", "QueueBusy",
+    "MessageDecodeError", "MessageEncodeError", "MessageError", "MessageTooLarge", "NotReplicated",
+    "QueueBusy",
     "Record", "RedisBroker", "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task",
     "TaskCancelled", "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle",
     "TaskNotRegistered", "TaskRegistry", "TaskSpec", "TimeLimitExceeded", "Worker",

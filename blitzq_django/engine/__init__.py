@@ -21,6 +21,7 @@ from .errors import (
     MessageEncodeError,
     MessageError,
     MessageTooLarge,
+    NotReplicated,
     QueueBusy,
     ResultTimeout,
     ResultTooLarge,
@@ -36,7 +37,8 @@ from .worker import Worker, WorkerConfig
 __all__ = [
     "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Cancellation",
     "Client", "ConfigurationError", "DeadLetter", "MemoryBroker", "Message",
-    "MessageDecodeError", "MessageEncodeError", "MessageError", "MessageTooLarge", "QueueBusy",
+    "MessageDecodeError", "MessageEncodeError", "MessageError", "MessageTooLarge", "NotReplicated",
+    "QueueBusy",
     "Record", "RedisBroker", "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task",
     "TaskCancelled", "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle",
     "TaskNotRegistered", "TaskRegistry", "TaskSpec", "TimeLimitExceeded", "Worker",

@@ -10,7 +10,9 @@
     │   └── MessageDecodeError    bytes from the broker that are not a message
     ├── BrokerError               the broker failed to do what was asked
     │   ├── BrokerUnavailable     cannot reach Redis (names the URL, never the password)
-    │   └── QueueBusy             purge refused: workers hold messages of the queue
+    │   ├── QueueBusy             purge refused: workers hold messages of the queue
+    │   └── NotReplicated         written, but fewer replicas than replica_wait asks
+    │                             confirmed it in time (a failover may forget it)
     ├── ResultTooLarge            (also a ValueError) a task result over max_result_size
     ├── TaskNotRegistered         a task name with no registered function
     ├── ResultTimeout             (also a TimeoutError) get_result gave up waiting
@@ -29,6 +31,7 @@ Control flow, raised by task code rather than by the engine:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -78,6 +81,22 @@ class ResultTooLarge(BlitzqError, ValueError):
 
 class QueueBusy(BrokerError):
     pass
+
+
+class NotReplicated(BrokerError):
+    """The Redis master wrote the messages, but fewer replicas than ``replica_wait``
+    (``BLITZQ["REPLICA_WAIT"]``) asks confirmed them before its timeout: a failover
+    before the replicas catch up may forget them, or may not. ``message_ids``: the
+    messages written. Enqueueing again with the same idempotency key makes sure of them
+    without a second copy (docs/delivery-guarantees.md)."""
+
+    def __init__(self, message: str, message_ids: Sequence[str] = (), acknowledged: int = 0,
+                 wanted: int = 0) -> None:
+        super().__init__(message)
+        self.message_ids = list(message_ids)
+        #: how many replicas confirmed the write, of the ``wanted``
+        self.acknowledged = acknowledged
+        self.wanted = wanted
 
 
 class TaskNotRegistered(BlitzqError, LookupError):

@@ -24,7 +24,7 @@ from django.conf import settings as django_settings
 from ..engine.core import limits, rates
 from ..engine.core.names import name_ok
 from ..engine.core.suggest import closest
-from ..engine.errors import BlitzqError
+from ..engine.errors import BlitzqError, ConfigurationError
 from .schema import (
     BROKERS,
     DELIVERY_MODES,
@@ -77,7 +77,7 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
     E009 bad RATE_LIMITS bucket name or rate, E010 bad ROUTES entry, E011 bad
     QUEUE_CONCURRENCY entry, E012 bad HISTORY, HISTORY_WRITER or HISTORY_RETENTION, E013 bad
     OUTBOX_DATABASES or EFFECTS_RETENTION, E014 bad MODE or QUEUE_MODES entry (unknown
-    mode, unknown queue), E015 bad PERIODIC entry (cron, tz, every,
+    mode, unknown queue), E004 bad REPLICA_WAIT, E015 bad PERIODIC entry (cron, tz, every,
     arguments...: blitzq_django/periodic.py).
     """
     if user is None:
@@ -164,6 +164,11 @@ def problems(user: Any = None, caches: dict[str, Any] | None = None) -> list[Pro
                           f"BLITZQ['QUEUE_CONCURRENCY'][{queue!r}] {why}.")
                   for queue, why in _queue_concurrency_problems(merged["QUEUE_CONCURRENCY"])]
     found += _mode_problems(merged, bad_type)
+    if "REPLICA_WAIT" not in bad_type and merged["REPLICA_WAIT"] is not None:
+        wrong = replica_wait_problem(merged["REPLICA_WAIT"])
+        if wrong:
+            out_of_range("REPLICA_WAIT", f"{wrong}.",
+                         "For example {'replicas': 1, 'timeout_ms': 100}.")
     for rule in _rules:  # each feature's own rules (history, outbox, periodic...)
         found += rule(merged, bad_type)
     alias = merged["CACHE_ALIAS"]
@@ -233,6 +238,18 @@ def _mode_problems(merged: dict[str, Any], bad_type: set[str]) -> list[Problem]:
             found.append(Problem("blitzq.E014", "QUEUE_MODES", f"{where} must be one of "
                                  f"{modes}, not {mode!r:.40}."))
     return found
+
+
+def replica_wait_problem(value: dict[Any, Any]) -> str | None:
+    """What is wrong with a REPLICA_WAIT dict, or None."""
+    if set(value) != {"replicas", "timeout_ms"}:
+        return (f"must have exactly the keys 'replicas' and 'timeout_ms', not "
+                f"{sorted(map(str, value))}")
+    try:
+        limits.check_replica_wait((value["replicas"], value["timeout_ms"]))
+    except ConfigurationError as exc:
+        return str(exc).replace("replica_wait ", "")
+    return None
 
 
 def _queue_concurrency_problems(caps: dict[Any, Any]) -> list[tuple[Any, str]]:

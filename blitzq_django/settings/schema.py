@@ -172,6 +172,14 @@ SETTINGS: dict[str, Setting] = {
         {}, (dict,), "a dict",
         doc=('Extra keyword arguments for redis-py clients (e.g. {"ssl_cert_reqs": '
              '"required"}).')),
+    "REPLICA_WAIT": Setting(
+        None, (dict, NONE), "None or a dict {'replicas': N, 'timeout_ms': T}",
+        doc=('Make enqueue and settle wait (Redis WAIT, in the same round trip) until '
+             '"replicas" replicas confirmed their writes, at most "timeout_ms" ms, e.g. '
+             '{"replicas": 1, "timeout_ms": 100}. An enqueue that too few replicas confirmed '
+             'raises NotReplicated (the message may or may not survive a failover); a settle '
+             'is logged. None: no wait (a failover can forget writes acknowledged just '
+             'before it). See docs/redis.md.')),
     "REDACT": Setting(
         list(DEFAULT_REDACT), (list, tuple), "a list of argument names",
         doc=('Argument names (and dict keys) whose values are masked wherever task data is '

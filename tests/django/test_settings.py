@@ -81,6 +81,11 @@ def test_defaults_are_valid() -> None:
     ({"EVENTS_MAXLEN": "100k"}, "blitzq.E003", "EVENTS_MAXLEN"),
     ({"EVENTS_MAXLEN": 0}, "blitzq.E004", "EVENTS_MAXLEN"),
     ({"EVENTS_MAXLEN": 10**12}, "blitzq.E004", "EVENTS_MAXLEN"),
+    ({"REPLICA_WAIT": 1}, "blitzq.E003", "REPLICA_WAIT"),
+    ({"REPLICA_WAIT": {"replicas": 1}}, "blitzq.E004", "'replicas' and 'timeout_ms'"),
+    ({"REPLICA_WAIT": {"replicas": 0, "timeout_ms": 100}}, "blitzq.E004", "replicas"),
+    ({"REPLICA_WAIT": {"replicas": 1, "timeout_ms": 0}}, "blitzq.E004", "timeout_ms"),
+    ({"REPLICA_WAIT": {"replicas": 1, "timeout_ms": 1.5}}, "blitzq.E004", "timeout_ms"),
 ])
 def test_each_problem_has_its_id_and_names_the_key(user: Any, expected_id: str,
                                                    named: str) -> None:
@@ -103,6 +108,21 @@ def test_modes_reach_the_broker_producers_and_workers_share(broker: str) -> None
     try:
         assert client.broker.mode_of("bulk") == "fast"
         assert client.broker.mode_of("default") == "reliable"
+    finally:
+        client.broker.close()
+
+
+def test_replica_wait_reaches_the_broker() -> None:
+    assert conf.problems({"REPLICA_WAIT": {"replicas": 2, "timeout_ms": 250}}) == []
+    merged = {**conf.DEFAULTS, "REPLICA_WAIT": {"replicas": 2, "timeout_ms": 250}}
+    client = conf.build_client(merged)  # no connection is opened here
+    try:
+        assert client.broker.replica_wait == (2, 250)
+    finally:
+        client.broker.close()
+    client = conf.build_client(dict(conf.DEFAULTS))
+    try:
+        assert client.broker.replica_wait is None
     finally:
         client.broker.close()
 

@@ -1,7 +1,8 @@
 """The app every fault-test worker process loads: a client and tasks that keep a ledger.
 
 ``python -m blitzq_django.engine worker tests.fault.app:make_client`` builds the client
-from the environment (REDIS_URL, BLITZQ_NAMESPACE, LEDGER). Each task body appends
+from the environment (REDIS_URL, BLITZQ_NAMESPACE, LEDGER, BLITZQ_MODE,
+BLITZQ_REPLICA_WAIT). Each task body appends
 JSON lines to the LEDGER file: ``start`` when the body begins, then ``done`` (returned)
 or ``fail`` (raised). The ledger lives outside Redis and each line is written with one
 O_APPEND write and fsync'd, so it survives SIGKILL of the worker and restarts of Redis:
@@ -53,8 +54,11 @@ def _started_before() -> bool:
 
 
 def make_client() -> Client:
+    wait = os.environ.get("BLITZQ_REPLICA_WAIT")  # "replicas,timeout_ms" (failover.py)
+    replicas, timeout_ms = map(int, wait.split(",")) if wait else (0, 0)
     broker = RedisBroker(os.environ["REDIS_URL"], namespace=os.environ["BLITZQ_NAMESPACE"],
-                         mode=os.environ.get("BLITZQ_MODE", "reliable"))
+                         mode=os.environ.get("BLITZQ_MODE", "reliable"),
+                         replica_wait=(replicas, timeout_ms) if wait else None)
     client = Client(broker, store_results=True)
     register(client)
     return client

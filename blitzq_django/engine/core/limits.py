@@ -84,6 +84,10 @@ LIMITS: dict[str, Limit] = {
     "list_limit": Limit(True, 1, 10**9),
     "replay_rate": Limit(False, 0, 1_000_000, low_open=True),  # messages per second
     "event_count": Limit(True, 1, 10_000),  # stream entries per read
+    # replica_wait: replicas to wait for, and the longest wait (WAIT's 0 waits for ever,
+    # which would hang every producer while a replica is down)
+    "replicas": Limit(True, 1, 100),
+    "timeout_ms": Limit(True, 1, 60_000),
 }
 
 
@@ -107,6 +111,20 @@ def check(name: str, value: object, label: str | None = None) -> None:
     found = problem(name, value)
     if found:
         raise ConfigurationError(f"{label or name} {found}")
+
+
+def check_replica_wait(value: object) -> tuple[int, int] | None:
+    """A broker's ``replica_wait``: None, or (replicas, timeout ms) as two integers within
+    their LIMITS; ConfigurationError otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise ConfigurationError(f"replica_wait must be (replicas, timeout_ms) or None, not "
+                                 f"{value!r:.60}")
+    replicas, timeout_ms = value
+    check("replicas", replicas, "replica_wait replicas")
+    check("timeout_ms", timeout_ms, "replica_wait timeout_ms")
+    return replicas, timeout_ms
 
 
 def check_all(**values: object) -> None:

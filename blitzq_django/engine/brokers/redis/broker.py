@@ -24,7 +24,7 @@ from ...core.events import OF_STATE, STARTED, Event, failure_detail
 from ...core.events import packer as event_packer
 from ...core.ids import now_ms as clock_ms
 from ...core.record import FINAL_STATES, Record
-from ...errors import BrokerError, BrokerUnavailable
+from ...errors import BrokerError, BrokerUnavailable, NotReplicated
 from ..base import (
     FAST,
     RELIABLE,
@@ -122,6 +122,7 @@ class RedisBroker:
         event_details: bool = False,
         mode: str = RELIABLE,
         queue_modes: dict[str, str] | None = None,
+        replica_wait: tuple[int, int] | None = None,
     ) -> None:
         #: the delivery mode of every queue queue_modes does not name
         self.mode, self.queue_modes = check_modes(mode, queue_modes)
@@ -139,6 +140,10 @@ class RedisBroker:
         #: side, error message and traceback on failures. For a history writer.
         self.event_details = event_details
         self.revoke_ttl = revoke_ttl
+        #: (replicas, timeout ms): enqueue and settle send WAIT right after their writes,
+        #: in the same round trip, and enqueue raises NotReplicated when fewer replicas
+        #: confirmed them in time (docs/delivery-guarantees.md); None: no wait
+        self.replica_wait = limits.check_replica_wait(replica_wait)
         self.url = url
         self.keys = Keyspace(namespace)
         self.record_ttl = record_ttl
@@ -312,6 +317,9 @@ class RedisBroker:
             item = items[0]
             now = clock_ms()  # one read of the clock: the event's time, and the seen queues'
             op = self._enqueue_op(item, now)
+            if self.replica_wait is not None:
+                batch = self._waited_one(item, op, now)
+                return self._waited_id(item, now, batch, self.sync.run_many(batch))
             if now < self._seen_until and item.queue in self._seen:
                 reply = self.sync.run(op)
             else:  # the queue's first write here: into the seen queues, same round trip
@@ -320,6 +328,15 @@ class RedisBroker:
                 self._saw((item.queue,), now)
             return [reply[0][1] if type(reply) is list else item.message_id]
         batch, groups, plan, unseen = self._with_seen(items)
+        if self.replica_wait is not None:
+            groups, at = self._waited_groups(groups)
+            replies = self.sync.run_streamed(groups)
+            self._saw(unseen)
+            acknowledged = [replies[i] for i in at]
+            for i in reversed(at):
+                del replies[i]
+            return self._confirmed(self._ids(items, plan, replies[1 if unseen else 0:]),
+                                   acknowledged)
         if not unseen and len(batch) == 1:
             replies = [self.sync.run(batch[0])]
         else:
@@ -334,6 +351,9 @@ class RedisBroker:
             item = items[0]
             now = clock_ms()
             op = self._enqueue_op(item, now)
+            if self.replica_wait is not None:
+                batch = self._waited_one(item, op, now)
+                return self._waited_id(item, now, batch, await self.aio.run_many(batch))
             if now < self._seen_until and item.queue in self._seen:
                 reply = await self.aio.run(op)
             else:
@@ -342,12 +362,79 @@ class RedisBroker:
                 self._saw((item.queue,), now)
             return [reply[0][1] if type(reply) is list else item.message_id]
         batch, groups, plan, unseen = self._with_seen(items)
+        if self.replica_wait is not None:
+            groups, at = self._waited_groups(groups)
+            replies = (await self.aio.run_streamed(groups))
+            self._saw(unseen)
+            acknowledged = [replies[i] for i in at]
+            for i in reversed(at):
+                del replies[i]
+            return self._confirmed(self._ids(items, plan, replies[1 if unseen else 0:]),
+                                   acknowledged)
         if not unseen and len(batch) == 1:
             replies = [await self.aio.run(batch[0])]
         else:
             replies = (await self.aio.run_streamed(groups))[1 if unseen else 0:]
         self._saw(unseen)
         return self._ids(items, plan, replies)
+
+    # -- the replica wait (replica_wait) ---------------------------------------------
+
+    def _waits(self, writes: Sequence[Op]) -> list[Op]:
+        """The WAITs to send right after ``writes``: one per hash tag they write to, each
+        naming a key of it, so that on a cluster each reaches the node (and connection)
+        that ran those writes; on one node the WAITs after the first find the writes
+        confirmed and answer at once."""
+        replicas, timeout_ms = self.replica_wait  # type: ignore[misc]
+        tags: dict[str, str] = {}
+        for op in writes:
+            key = op.keys[0] if op.keys else op.command[1]
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            tags.setdefault(text[text.find("{"):text.find("}") + 1], text)
+        return [ops.wait_replicas(replicas, timeout_ms, key) for key in tags.values()]
+
+    def _waited_groups(self, groups: list[list[Op]]) -> tuple[list[list[Op]], list[int]]:
+        """``groups`` each followed by its WAITs (on a cluster each group is a pipeline
+        of its own, on connections of its own), and where the WAIT replies are."""
+        out: list[list[Op]] = []
+        at: list[int] = []
+        n = 0
+        for group in groups:
+            waits = self._waits(group)
+            at += range(n + len(group), n + len(group) + len(waits))
+            n += len(group) + len(waits)
+            out.append([*group, *waits])
+        return out, at
+
+    def _waited_one(self, item: Enqueue, op: Op, now: int) -> list[Op]:
+        """One message's write, its queue into the seen queues when due, then WAIT."""
+        if now < self._seen_until and item.queue in self._seen:
+            return [op, *self._waits((op,))]
+        seen = ops.add_seen_queues(self.keys, (item.queue,))
+        return [op, seen, *self._waits((op, seen))]
+
+    def _waited_id(self, item: Enqueue, now: int, batch: list[Op],
+                   replies: list[Any]) -> list[str]:
+        if batch[1].command[:1] != ("WAIT",):  # the seen queues were written too
+            self._saw((item.queue,), now)
+        reply = replies[0]
+        return self._confirmed([reply[0][1] if type(reply) is list else item.message_id],
+                               [r for op, r in zip(batch, replies, strict=True)
+                                if op.command[:1] == ("WAIT",)])
+
+    def _confirmed(self, ids: list[str], acknowledged: list[int]) -> list[str]:
+        """``ids``, once the WAIT replies say enough replicas confirmed their writes;
+        else NotReplicated naming them."""
+        replicas, timeout_ms = self.replica_wait  # type: ignore[misc]
+        fewest = min(acknowledged)
+        if fewest < replicas:
+            raise NotReplicated(
+                f"{len(ids)} message(s) written on the Redis master at "
+                f"{redact(self.url)}, but {fewest} of the {replicas} replica(s) asked for "
+                f"confirmed them within {timeout_ms} ms: a failover before the replicas "
+                "catch up may forget them (enqueue again with the same idempotency key to "
+                "be sure, without a second copy)", ids, fewest, replicas)
+        return ids
 
     # -- the seen queues (keys.seen_queues) ------------------------------------------
 
@@ -835,12 +922,30 @@ class RedisBroker:
                                       dead_letter_max=self.dead_letter_max, now_ms=now_ms,
                                       token=token, events_maxlen=events_maxlen,
                                       mode=self.storage_mode(queue), publish=self.publish))
-        replies = await self.aio.run_many(batch)
+        if self.replica_wait is not None:
+            waits = self._waits(batch)
+            replies = await self.aio.run_many([*batch, *waits])
+            self._settle_confirmed(len(settlements), replies[len(batch):])
+            replies = replies[:len(batch)]
+        else:
+            replies = await self.aio.run_many(batch)
         settled = [False] * len(settlements)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
             for i, ok in zip(indexes, reply, strict=True):
                 settled[i] = ok
         return settled
+
+    def _settle_confirmed(self, count: int, acknowledged: list[int]) -> None:
+        """Settlements are written on the master whatever the replicas say, and cannot be
+        taken back: too few confirmations are logged, and the worker goes on. A failover
+        before the replicas catch up runs those messages again (at-least-once)."""
+        replicas, timeout_ms = self.replica_wait  # type: ignore[misc]
+        fewest = min(acknowledged)
+        if fewest < replicas:
+            log.warning("%d settlement(s) written on the Redis master at %s, but %d of the "
+                        "%d replica(s) asked for confirmed them within %d ms: a failover "
+                        "before the replicas catch up runs those messages again", count,
+                        redact(self.url), fewest, replicas, timeout_ms)
 
     async def renew(self, consumer: str, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Fast queues have no lease: their deliveries are never lost, nothing is sent."""

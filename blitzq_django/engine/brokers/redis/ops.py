@@ -140,6 +140,15 @@ def enqueue_plain(keys: QueueKeys, items: Sequence[tuple[bytes, str, str]], *,
               parse=int)
 
 
+def wait_replicas(replicas: int, timeout_ms: int, key: str = "") -> Op:
+    """WAIT, sent right after writes on their connection (no round trip of its own): it
+    answers once ``replicas`` replicas have confirmed every write sent before it on that
+    connection, or after ``timeout_ms``; parsed to how many confirmed. ``key``: a key the
+    writes touched (a cluster client sends the WAIT to that key's node; WAIT counts only
+    the writes of its own connection)."""
+    return Op(command=("WAIT", replicas, timeout_ms), keys=(key,) if key else (), parse=int)
+
+
 def create_group(keys: QueueKeys) -> Op:
     # From id 0: messages enqueued before the first worker started are read too.
     return Op(command=("XGROUP", "CREATE", keys.stream, GROUP, "0", "MKSTREAM"))

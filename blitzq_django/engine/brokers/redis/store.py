@@ -125,11 +125,21 @@ def _command(op: Op) -> tuple[Any, ...]:
 
 
 def _queue(pipe: Any, op: Op) -> None:
+    if op.keys and op.command[:1] == ("WAIT",) and hasattr(pipe, "get_node_from_key"):
+        # A cluster pipeline cannot route a keyless command: WAIT goes to the node of the
+        # key it names, after that node's writes, on the same connection.
+        pipe.execute_command(*op.command, target_nodes=pipe.get_node_from_key(op.keys[0]))
+        return
     pipe.execute_command(*_command(op))
 
 
 def _unrun(ops: Sequence[Op], replies: list[Any]) -> list[int]:
-    return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:  # a WAIT after a write run again must wait for that write too
+        waits = [i for i in range(missing[0] + 1, len(ops))
+                 if ops[i].command[:1] == ("WAIT",) and i not in missing]
+        missing = sorted(missing + waits)
+    return missing
 
 
 def _pooled(pool: Any) -> Any:
@@ -173,7 +183,6 @@ class SyncStore:
         self._local = threading.local()
         #: a Redis Cluster: commands are routed by redis-py, one node per slot
         self.cluster = topology.is_cluster(client)
-
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> SyncStore:
@@ -221,7 +230,8 @@ class SyncStore:
         NOSCRIPT reply names and running again the ops it stopped."""
         missing = _unrun(ops, replies)
         if missing:
-            for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
+            for script in {ops[i].script.source for i in missing  # type: ignore[union-attr]
+                           if ops[i].script is not None}:
                 self.client.script_load(script)
             again = self._pipeline([ops[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
@@ -236,17 +246,26 @@ class SyncStore:
             _queue(pipe, op)
         return pipe.execute(raise_on_error=False)
 
+    def _routed(self, op: Op) -> dict[str, Any]:
+        """A cluster pipeline cannot route a keyless command: a WAIT (replica_wait) goes
+        to the node of the key it names, after that node's writes, on their connection."""
+        if op.keys and op.command[:1] == ("WAIT",):
+            return {"target_nodes": self.client.get_node_from_key(op.keys[0])}
+        return {}
+
     def _cluster_pipeline(self, ops: Sequence[Op]) -> list[Any]:
         # redis-py's cluster pipeline sends again, one at a time, every command whose node
         # answered MOVED, ASK... or timed out: not a timed-out one here (it may have run).
         pipe = self.client.pipeline(transaction=False)
         replies = list(pipe.send_cluster_commands(  # type: ignore[attr-defined]
-            [redis.cluster.PipelineCommand(_command(op), {}, i) for i, op in enumerate(ops)],
+            [redis.cluster.PipelineCommand(_command(op), self._routed(op), i)
+             for i, op in enumerate(ops)],
             raise_on_error=False, allow_redirections=False))
         for i, reply in enumerate(replies):
             if isinstance(reply, topology.NOT_RUN):
                 try:
-                    replies[i] = self.client.execute_command(*_command(ops[i]))
+                    replies[i] = self.client.execute_command(*_command(ops[i]),
+                                                             **self._routed(ops[i]))
                 except (redis.RedisError, OSError) as exc:
                     replies[i] = exc
         return replies
@@ -406,7 +425,8 @@ class AsyncStore:
     async def _settled(self, ops: Sequence[Op], replies: list[Any]) -> list[Any]:
         missing = _unrun(ops, replies)
         if missing:
-            for script in {ops[i].script.source for i in missing}:  # type: ignore[union-attr]
+            for script in {ops[i].script.source for i in missing  # type: ignore[union-attr]
+                           if ops[i].script is not None}:
                 await self.client.script_load(script)
             again = await self._pipeline([ops[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
