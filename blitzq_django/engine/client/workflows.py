@@ -231,9 +231,12 @@ def _member(build: Build, sig: Signature, workflow_id: str, at: int | str, path:
             takes_input: bool) -> tuple[bytes, Enqueue]:
     call: CallOptions = sig.task.call
     headers = {**(call.headers or {}), wf.WORKFLOW_HEADER: [workflow_id, at, path]}
-    call = call.merged(task_id=wf.member_id(workflow_id, at),
-                       idempotency_key=wf.member_key(workflow_id, at), unique=False,
-                       headers=headers)
+    # The signature's options were checked when it was made, and these are valid by
+    # construction: copied field by field rather than checked again for every step
+    # (checking was 40% of enqueuing a chord of 1,000).
+    call = _with(call, task_id=wf.member_id(workflow_id, at),
+                 idempotency_key=wf.member_key(workflow_id, at), unique=False,
+                 headers=headers)
     # A step fed by the one before holds a slot for its input (checked against the
     # function's signature now, filled at launch).
     args = (None, *sig.args) if takes_input else sig.args
@@ -242,6 +245,13 @@ def _member(build: Build, sig: Signature, workflow_id: str, at: int | str, path:
 
 
 Build = Callable[..., Enqueue]
+
+
+def _with(call: CallOptions, **changes: Any) -> CallOptions:
+    out = object.__new__(type(call))
+    for name in call.__dataclass_fields__:
+        object.__setattr__(out, name, changes[name] if name in changes else getattr(call, name))
+    return out
 
 
 def prepare(build: Build, canvas: Canvas, on_error: Signature | None,
