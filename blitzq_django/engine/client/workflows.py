@@ -515,9 +515,10 @@ class Workflows:
         now = now_ms()
         advance = self._store.start(workflow_id, now, ready.home, ready.nodes, ready.members,
                                     ready.on_error)
-        if advance.status == "new":
+        if advance.state == wf.RUNNING:  # (again after a crash: at least once)
             self._store.emit(ready.home, events.pack(events.WORKFLOW_STARTED, workflow_id,
                                                      ready.root, now))
+        if advance.status == "new":
             # The first steps take no input: their messages as built, not built again.
             self._broker.enqueue([ready.items[int(x.node)] for x in advance.launches])
         else:
@@ -531,9 +532,10 @@ class Workflows:
         now = now_ms()
         advance = await self._store.astart(workflow_id, now, ready.home, ready.nodes,
                                            ready.members, ready.on_error)
-        if advance.status == "new":
+        if advance.state == wf.RUNNING:  # (again after a crash: at least once)
             await self._store.aemit(ready.home, events.pack(
                 events.WORKFLOW_STARTED, workflow_id, ready.root, now))
+        if advance.status == "new":
             await self._broker.aenqueue([ready.items[int(x.node)] for x in advance.launches])
         else:
             await alaunch(self._broker, self.launcher, workflow_id, advance)
