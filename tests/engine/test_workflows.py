@@ -412,7 +412,7 @@ def _chord_shape(size: int) -> tuple[list[wf.Node], dict[int, bytes]]:
     nodes = [wf.Node("chord", -1, 0, 2, size + 3, -1), wf.Node("group", 0, 0, size, size + 1, -1)]
     nodes += [wf.Node("task", 1, i, 0, 1, 1 + i if i else -1) for i in range(size)]
     nodes.append(wf.Node("task", 0, 1, 0, 1, 1))
-    return nodes, {n: b"m" for n in range(2, size + 3)}
+    return nodes, dict.fromkeys(range(2, size + 3), b"m")
 
 
 def test_a_members_settle_cost_does_not_grow_with_its_group(redis_broker: Any) -> None:
