@@ -454,3 +454,15 @@ def test_the_last_member_launches_the_callback_with_every_value() -> None:
     (callback,) = advance.launches
     assert callback.node == 10_002 and callback.input is not None
     assert unpack(callback.input) == [i % 100 for i in range(10_000)]
+
+
+def test_a_steps_delay_counts_from_when_it_is_sent(client: Client, tasks: Any) -> None:
+    handle = chain(tasks.add.s(1, 1), tasks.add.s(1).options(delay=60)).enqueue()
+    run_burst(client)
+    info = handle.inspect()
+    assert info is not None
+    first, second = info.members()
+    assert first.state == "succeeded" and first.finished_ms is not None
+    found = client.inspect(wf.member_id(handle.id, 2))
+    assert found is not None and found.state == "scheduled"
+    assert found.due_ms is not None and found.due_ms >= first.finished_ms + 59_000
