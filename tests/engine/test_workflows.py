@@ -461,7 +461,7 @@ def test_a_steps_delay_counts_from_when_it_is_sent(client: Client, tasks: Any) -
     run_burst(client)
     info = handle.inspect()
     assert info is not None
-    first, second = info.members()
+    first, _second = info.members()
     assert first.state == "succeeded" and first.finished_ms is not None
     found = client.inspect(wf.member_id(handle.id, 2))
     assert found is not None and found.state == "scheduled"
