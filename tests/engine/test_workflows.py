@@ -489,3 +489,16 @@ def test_a_step_its_workflow_refuses_is_settled_all_the_same(
     assert "settling its message without it" in caplog.text
     assert handle.state() == "running"
     assert handle.cancel() == "running"
+
+
+def test_a_single_step_and_an_unknown_workflow(client: Client, tasks: Any) -> None:
+    handle = tasks.add.s(2, 3).enqueue()
+    run_burst(client)
+    assert handle.result(timeout=5) == 5
+    info = handle.inspect()
+    assert info is not None and info.root.kind == "task" and info.root.path == ""
+    unknown = client.workflows.handle("nope")
+    assert unknown.state() == "" and unknown.inspect() is None
+    assert unknown.cancel() == ""
+    with pytest.raises(ResultTimeout, match="unknown"):
+        unknown.result(timeout=0.05)
