@@ -120,7 +120,7 @@ class Tally:
         # counts nothing), each bounded, the oldest forgotten.
         self._workflows_running: OrderedDict[str, int] = OrderedDict()
         self._workflows_ended: OrderedDict[str, str] = OrderedDict()
-        self.workflow_ends = {state: 0 for state in WORKFLOW_END}
+        self.workflow_ends = dict.fromkeys(WORKFLOW_END, 0)
 
     # -- feeding ---------------------------------------------------------------
 
