@@ -269,7 +269,8 @@ class Tally:
                 "latency": self.latency(now), "workers": self.workers,
                 "running": self.running, "running_total": self.running_total,
                 "failures": list(self.failures), "totals": dict(self.totals),
-                "workflows": self.workflows(), "skipped": self.skipped, "error": self.error, "stats_ms": self.stats_ms}
+                "workflows": self.workflows(), "skipped": self.skipped, "error": self.error,
+                "stats_ms": self.stats_ms}
 
     def delta(self, now: int | None = None) -> dict[str, Any]:
         """What changed since the last delta: the seconds of the chart touched (their
