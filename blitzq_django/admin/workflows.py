@@ -1,0 +1,387 @@
+"""Workflows in the admin: a list (WorkflowRecord rows: filters by state, kind, queue and
+date) and one page per workflow that draws it as the tree of its steps, each with its
+state, times, duration, result or error, linked to its task record; and Cancel.
+
+The tree is read from Redis (``client.workflows.inspect``: the shape, and each step's
+state now) and completed from the history (each step's TaskRecord: its link, its result
+and error as the history keeps them, redacted). When Redis no longer holds the workflow
+(expired), the tree is rebuilt from the steps' records alone, by their places.
+
+Everything needs staff and the ``view_workflowrecord`` permission; Cancel also
+``cancel_workflowrecord``. Everything shown from task data is redacted
+(BLITZQ["REDACT"]) and escaped (``format_html``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from .. import redaction
+from ..engine.core.validate import task_id_ok
+from ..engine.core.workflow import WorkflowInfo, WorkflowNode
+from ..models import TaskRecord, WorkflowRecord
+from ..web.common import ENGINE_ERRORS, client, duration, from_ms, pretty
+from .history import to_the_second
+
+#: Task states of a step that are final (its record's).
+FINAL_STEP_STATES = frozenset({"succeeded", "failed", "dead_lettered", "cancelled",
+                               "expired"})
+
+
+@dataclass
+class Step:
+    """One node of the tree as the page draws it."""
+
+    kind: str  # task | chain | group | chord (or "step": a place the history cannot name)
+    path: str
+    state: str
+    task: str = ""
+    message_id: str = ""
+    queue: str = ""
+    record_url: str = ""
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    attempt: int | None = None
+    has_result: bool = False
+    result: Any = None
+    error_type: str = ""
+    error_message: str = ""
+    on_error: bool = False
+    children: list[Step] = field(default_factory=list)
+
+    @property
+    def took_ms(self) -> int | None:
+        if self.started_ms is None or self.finished_ms is None:
+            return None
+        return max(0, self.finished_ms - self.started_ms)
+
+
+def _ms(when: dt.datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp() * 1000)
+
+
+def _from_node(node: WorkflowNode, rows: dict[str, TaskRecord], url_of: Any,
+               on_error: bool = False) -> Step:
+    step = Step(kind=node.kind, path=node.path, state=node.state, task=node.task or "",
+                message_id=node.message_id or "", queue=node.queue or "",
+                started_ms=node.started_ms, finished_ms=node.finished_ms,
+                attempt=node.attempt, error_type=node.error_type or "",
+                error_message=node.error_message or "", on_error=on_error,
+                children=[_from_node(c, rows, url_of) for c in node.children])
+    if node.kind == "task":
+        row = rows.get(step.message_id)
+        if node.state == "succeeded":
+            step.has_result, step.result = True, node.result
+        if row is not None:
+            step.record_url = url_of(row)
+            # The history's copy: redacted as written, and kept after Redis forgets it.
+            if row.state == "succeeded" and row.result is not None:
+                step.has_result, step.result = True, row.result
+            if row.error_type and not step.error_type:
+                step.error_type, step.error_message = row.error_type, row.error_message
+            step.started_ms = step.started_ms or _ms(row.started_at)
+            step.finished_ms = step.finished_ms or _ms(row.finished_at)
+            step.attempt = step.attempt or row.attempt
+    else:
+        _span(step)
+    return step
+
+
+def _span(step: Step) -> None:
+    """A chain's, group's or chord's times: from its first step's start to its last
+    step's end, once every step under it has ended."""
+    starts = [c.started_ms for c in step.children if c.started_ms is not None]
+    step.started_ms = min(starts) if starts else None
+    ends = [c.finished_ms for c in step.children]
+    if ends and all(e is not None for e in ends):
+        step.finished_ms = max(e for e in ends if e is not None)
+
+
+def _path_key(path: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in path.split(".")) if path else ()
+    except ValueError:
+        return (10**9,)
+
+
+def _from_rows(kind: str, rows: Sequence[TaskRecord], url_of: Any) -> tuple[Step, Step | None]:
+    """The tree rebuilt from the steps' records alone (Redis no longer holds the
+    workflow): each record at its place; the places between them are drawn as steps of
+    unknown kind (the history keeps the tasks, not the chains and groups around them)."""
+    root = Step(kind=kind or "step", path="", state="")
+    on_error = None
+    by_path: dict[str, Step] = {"": root}
+
+    def place(path: str) -> Step:
+        found = by_path.get(path)
+        if found is None:
+            parent = place(path.rpartition(".")[0] if "." in path else "")
+            found = by_path[path] = Step(kind="step", path=path, state="")
+            parent.children.append(found)
+        return found
+
+    for row in sorted(rows, key=lambda r: _path_key(r.workflow_path)):
+        step = Step(kind="task", path=row.workflow_path, state=row.state, task=row.task_name,
+                    message_id=row.task_id, queue=row.queue, record_url=url_of(row),
+                    started_ms=_ms(row.started_at), finished_ms=_ms(row.finished_at),
+                    attempt=row.attempt, has_result=row.state == "succeeded",
+                    result=row.result, error_type=row.error_type,
+                    error_message=row.error_message)
+        if row.workflow_node == "e":
+            step.on_error, on_error = True, step
+            continue
+        if row.workflow_path == "":  # a workflow of one task
+            root = by_path[""] = step
+            continue
+        # Tasks are leaves: a task's place is never another's parent, and sorted by place
+        # a parent is drawn before its children.
+        place(row.workflow_path.rpartition(".")[0] if "." in row.workflow_path
+              else "").children.append(step)
+
+    def finish(step: Step) -> None:
+        for child in step.children:
+            finish(child)
+        if step.kind != "task":
+            _span(step)
+            states = {c.state for c in step.children}
+            step.state = ("failed" if states & {"failed", "dead_lettered", "cancelled",
+                                                "expired"}
+                          else "succeeded" if states == {"succeeded"} else "")
+
+    finish(root)
+    return root, on_error
+
+
+# -- drawing ---------------------------------------------------------------------------
+
+def _state(state: str) -> SafeString:
+    if not state:
+        return format_html('<span class="blitzq-state blitzq-state-unknown">{}</span>', "?")
+    return format_html('<span class="blitzq-state blitzq-state-{}">{}</span>',
+                       state, state.replace("_", "-"))
+
+
+def _head(step: Step) -> SafeString:
+    if step.kind == "task":
+        name = (format_html('<a class="blitzq-step-record" href="{}">{}</a>',
+                            step.record_url, step.task) if step.record_url
+                else format_html("<span>{}</span>", step.task))
+        label = format_html('<span class="blitzq-kind">{}</span> {}',
+                            "on_error" if step.on_error else "task", name)
+    else:
+        label = format_html('<span class="blitzq-kind">{}</span>', step.kind)
+    took = duration(step.took_ms) if step.took_ms is not None else ""
+    extra = format_html_join(" ", '<span class="{}">{}</span>', [
+        (cls, text) for cls, text in (
+            ("blitzq-took", took),
+            ("blitzq-attempt", f"attempt {step.attempt}" if step.attempt
+             and step.kind == "task" else ""),
+            ("blitzq-step-id", step.message_id),
+            ("blitzq-muted", f"at {step.path}" if step.path else "root"),
+        ) if text])
+    return format_html('<div class="blitzq-node-head">{} {} {}</div>', label,
+                       _state(step.state), extra)
+
+
+def _body(step: Step) -> SafeString:
+    parts = []
+    if step.error_type or step.error_message:
+        parts.append(format_html('<div class="blitzq-step-error">{}: {}</div>',
+                                 step.error_type or "error", step.error_message))
+    if step.has_result:
+        parts.append(format_html('<div class="blitzq-step-result">{}</div>',
+                                 pretty(redaction.redact_result(step.result))))
+    return format_html_join("", "{}", ((p,) for p in parts))
+
+
+def draw(step: Step) -> SafeString:
+    """The tree under ``step`` as nested lists (escaped: format_html)."""
+    children = (format_html('<ul class="blitzq-tree">{}</ul>',
+                            format_html_join("", "{}", ((draw(c),) for c in step.children)))
+                if step.children else "")
+    return format_html('<li class="blitzq-node blitzq-node-{}" data-path="{}" '
+                       'data-state="{}" data-id="{}">{}{}{}</li>',
+                       step.kind, step.path, step.state, step.message_id, _head(step),
+                       _body(step), children)
+
+
+# -- the admin ---------------------------------------------------------------------------
+
+@admin.register(WorkflowRecord)
+class WorkflowRecordAdmin(admin.ModelAdmin):
+    list_display = ("workflow_link", "kind", "state", "started_display", "duration_display",
+                    "queue", "error_type")
+    list_filter = ("state", "kind", "queue", "created_at")
+    search_fields = ("=workflow_id",)
+    search_help_text = "Workflow id (exact)."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    show_full_result_count = False
+    list_per_page = 100
+
+    class Media:
+        css = {"all": ("blitzq_django/history.css",)}
+
+    @admin.display(description="workflow", ordering="workflow_id")
+    def workflow_link(self, obj: WorkflowRecord) -> str:
+        return format_html('<a href="{}">{}</a>', self.tree_url(obj.workflow_id),
+                           obj.workflow_id)
+
+    @admin.display(description="started", ordering="created_at")
+    def started_display(self, obj: WorkflowRecord) -> str:
+        return to_the_second(obj.created_at)
+
+    @admin.display(description="duration")
+    def duration_display(self, obj: WorkflowRecord) -> str:
+        if obj.finished_at is None:
+            return "-"
+        return duration((obj.finished_at - obj.created_at).total_seconds() * 1000) or "-"
+
+    # Written by the history writer, never by hand.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.cancel_workflowrecord")
+
+    def get_urls(self) -> list[Any]:
+        info = f"{self.opts.app_label}_{self.opts.model_name}"
+        wrap = self.admin_site.admin_view
+        return [
+            path("tree/", wrap(self.tree_view), name=f"{info}_tree"),
+            path("cancel/", wrap(self.cancel_view), name=f"{info}_cancel"),
+            *super().get_urls(),
+        ]
+
+    def tree_url(self, workflow_id: str) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_tree",
+                       current_app=self.admin_site.name) + "?" + urlencode({"id": workflow_id})
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        record = get_object_or_404(WorkflowRecord, pk=object_id) \
+            if str(object_id).isdigit() else None
+        if record is None:
+            raise PermissionDenied  # not a row id: nothing to show
+        return HttpResponseRedirect(self.tree_url(record.workflow_id))
+
+    def _record_url(self, row: TaskRecord) -> str:
+        return reverse(f"admin:{self.opts.app_label}_taskrecord_change", args=[row.pk],
+                       current_app=self.admin_site.name)
+
+    def tree_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        workflow_id = request.GET.get("id", "")
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request), "opts": self.opts,
+            "title": f"Workflow {workflow_id}", "crumb": workflow_id,
+            "workflow_id": workflow_id, "can_cancel": False,
+            "list_url": reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}"
+                                "_changelist", current_app=self.admin_site.name),
+        }
+        if not task_id_ok(workflow_id):
+            context["invalid"] = True
+            return self._render(request, context, status=404)
+        record = WorkflowRecord.objects.filter(workflow_id=workflow_id).first()
+        can_steps = request.user.has_perm(f"{self.opts.app_label}.view_taskrecord")
+        rows = list(TaskRecord.objects.filter(workflow_id=workflow_id)) if can_steps else []
+        url_of = self._record_url if can_steps else (lambda row: "")
+        info: WorkflowInfo | None = None
+        try:
+            info = client().workflows.inspect(workflow_id)
+        except ENGINE_ERRORS as exc:
+            context["unavailable"] = f"{type(exc).__name__}: {exc}"
+        if info is not None:
+            root = _from_node(info.root, {r.task_id: r for r in rows}, url_of)
+            on_error = (_from_node(info.on_error, {r.task_id: r for r in rows}, url_of,
+                                   on_error=True) if info.on_error is not None else None)
+            summary = {"state": info.state, "kind": info.root.kind,
+                       "created": from_ms(info.created_ms),
+                       "finished": from_ms(info.finished_ms),
+                       "took": duration(info.finished_ms - info.created_ms)
+                       if info.finished_ms else "", "queue": info.home,
+                       "progress": f"{info.done} of {info.total}", "source": "redis"}
+            failure = info.failure
+        elif rows or record is not None:
+            root, on_error = _from_rows(record.kind if record else "", rows, url_of)
+            summary = {"state": record.state if record else "", "kind": root.kind,
+                       "created": record.created_at if record else None,
+                       "finished": record.finished_at if record else None,
+                       "took": duration((record.finished_at - record.created_at)
+                                        .total_seconds() * 1000)
+                       if record and record.finished_at else "",
+                       "queue": record.queue if record else "",
+                       "progress": f"{sum(r.state in FINAL_STEP_STATES for r in rows)} of "
+                                   f"{len([r for r in rows if r.workflow_node != 'e'])} "
+                                   "recorded", "source": "history"}
+            failure = None
+        else:
+            context["unknown"] = True
+            return self._render(request, context, status=404)
+        context.update({
+            "summary": summary, "failure": failure, "record": record,
+            "tree": format_html('<ul class="blitzq-tree blitzq-tree-root" '
+                                'id="blitzq-workflow-tree">{}</ul>', draw(root)),
+            "on_error": format_html('<ul class="blitzq-tree" id="blitzq-workflow-on-error">'
+                                    "{}</ul>", draw(on_error)) if on_error else "",
+            "can_cancel": (self.has_cancel_permission(request) and summary["state"] == "running"),
+            "cancel_url": reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_cancel",
+                                  current_app=self.admin_site.name),
+            "steps_url": reverse(f"admin:{self.opts.app_label}_taskrecord_changelist",
+                                 current_app=self.admin_site.name) + "?" + urlencode(
+                                     {"q": workflow_id}) if can_steps else "",
+        })
+        return self._render(request, context)
+
+    def _render(self, request: HttpRequest, context: dict[str, Any],
+                status: int = 200) -> TemplateResponse:
+        return TemplateResponse(request, "admin/blitzq_django/workflowrecord/tree.html",
+                                context, status=status)
+
+    def cancel_view(self, request: HttpRequest) -> HttpResponse:
+        if not (self.has_view_permission(request) and self.has_cancel_permission(request)):
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponse("Cancel a workflow with a POST from its page.", status=405)
+        workflow_id = request.POST.get("id", "")
+        if not task_id_ok(workflow_id):
+            raise PermissionDenied
+        ok, text = cancel(workflow_id)
+        messages.add_message(request, messages.SUCCESS if ok else messages.WARNING, text)
+        return HttpResponseRedirect(self.tree_url(workflow_id))
+
+
+def cancel(workflow_id: str) -> tuple[bool, str]:
+    """Cancel a workflow through the engine; its page and history follow from Redis and
+    its events."""
+    name = f"Workflow {workflow_id}"
+    try:
+        before = client().workflows.cancel(workflow_id)
+    except ENGINE_ERRORS as exc:
+        return False, f"{name}: not cancelled: {type(exc).__name__}: {exc}"
+    if before == "running":
+        return True, (f"{name}: cancelled. Its later steps will not be enqueued; its steps "
+                      "enqueued and not finished are cancelled.")
+    if before:
+        return False, f"{name}: not cancelled, it has already finished ({before})."
+    return False, f"{name}: not cancelled, nothing is known of it in Redis."
+
