@@ -148,6 +148,18 @@ class Advance(NamedTuple):
     launches: list[Launch] = []
     #: this outcome made the workflow final (its end event is this caller's to write)
     finished: bool = False
+    home: str = ""  # the queue of its events
+    root: str = ""  # the root's kind: chain, group, chord or task
+    created_ms: int = 0
+
+
+def _about(h: Hash) -> dict[str, Any]:
+    return {"home": _text(h.get("home", "")), "root": node(h, 0).kind,
+            "created_ms": int(h.get("created", 0))}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def failure_value(*, workflow_id: str, node: int | str, path: str, task: str,
@@ -275,7 +287,8 @@ def start(h: Hash, *, workflow_id: str, now_ms: int, home: str,
           ) -> Advance:
     """Store the tree and launch its first steps; again: the same launches."""
     if "state" in h:
-        return Advance("again", h["state"], _launches(h, _stored_launches(h, START)))
+        return Advance("again", h["state"], _launches(h, _stored_launches(h, START)),
+                       **_about(h))
     h.update({"id": workflow_id, "state": RUNNING, "created": str(now_ms), "home": home,
               "done": "0", "total": str(sum(1 for s in nodes if s.kind == TASK))})
     for n, shape in enumerate(nodes):
@@ -286,7 +299,7 @@ def start(h: Hash, *, workflow_id: str, now_ms: int, home: str,
         h["m:e"] = on_error
     ids: list[int | str] = list(task_nodes(h, 0))
     _store_launches(h, START, ids)
-    return Advance("new", RUNNING, _launches(h, ids))
+    return Advance("new", RUNNING, _launches(h, ids), **_about(h))
 
 
 def settle(h: Hash, *, at: int | str, state: str, value_: bytes, outcome: bytes,
@@ -299,7 +312,7 @@ def settle(h: Hash, *, at: int | str, state: str, value_: bytes, outcome: bytes,
     if f"s:{at}" in h:
         finished = h.get("F") == str(at)
         return Advance("again", h["state"], _launches(h, _stored_launches(h, str(at))),
-                       finished)
+                       finished, **_about(h))
     h[f"s:{at}"] = state
     h[f"o:{at}"] = outcome
     h[f"v:{at}"] = value_ if state == SUCCEEDED else failure
@@ -320,7 +333,7 @@ def settle(h: Hash, *, at: int | str, state: str, value_: bytes, outcome: bytes,
             if "m:e" in h:
                 ids.append(ON_ERROR)
     _store_launches(h, str(at), ids)
-    return Advance("new", h["state"], _launches(h, ids), bool(final))
+    return Advance("new", h["state"], _launches(h, ids), bool(final), **_about(h))
 
 
 def _walk(h: Hash, n: int, ok: bool, failure: bytes, ids: list[int | str]) -> str:

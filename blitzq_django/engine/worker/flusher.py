@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..brokers.base import Broker, Settlement
 from ..core.ids import now_ms
@@ -59,6 +59,8 @@ class Flusher:
         self._on_settled = on_settled
         self._fallback = fallback
         self._buffer: list[Settlement] = []
+        self._steps = 0  # workflow steps being recorded (add_after), then written
+        self._jobs: set[asyncio.Future[None]] = set()
         self._ready = asyncio.Event()
         self._closing = False
         self._writing = 0  # settlements taken from the buffer, not yet reported
@@ -91,16 +93,52 @@ class Flusher:
         self._buffer.append(settlement)
         self._ready.set()
 
+    def add_after(self, settlement: Settlement, step: Callable[[], Awaitable[None]]) -> None:
+        """Write ``settlement`` once ``step`` has run (a workflow step's outcome is
+        recorded in its workflow first: worker/workflow_steps.py). A step that cannot
+        run (Redis unreachable) is tried again, like a write; one that fails otherwise
+        gives the delivery up: it is delivered again after visibility_timeout, and the
+        step runs again then."""
+        self._steps += 1
+        job = asyncio.ensure_future(self._step_then_add(settlement, step))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def _step_then_add(self, settlement: Settlement,
+                             step: Callable[[], Awaitable[None]]) -> None:
+        backoff = BACKOFF_MIN_S
+        try:
+            while True:
+                try:
+                    await step()
+                except (BrokerUnavailable, OSError) as exc:
+                    log.warning("recording workflow step %r failed, retrying in %.2fs: %s",
+                                settlement.message_id, backoff, exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    continue
+                except Exception:
+                    log.exception("recording workflow step %r failed: its message is given "
+                                  "up, and delivered again after visibility_timeout",
+                                  settlement.message_id)
+                    self._report(settlement, None)
+                    return
+                self._buffer.append(settlement)
+                return
+        finally:
+            self._steps -= 1
+            self._ready.set()
+
     @property
     def backlog(self) -> int:
-        return len(self._buffer) + self._writing
+        return len(self._buffer) + self._writing + self._steps
 
     async def run(self) -> None:
         """Write until closed and empty. Never drops a settlement on a Redis error."""
         while True:
             starts = self._due_starts()
             if not self._buffer and not starts:
-                if self._closing:
+                if self._closing and not self._steps:
                     if self._timer is not None:
                         self._timer.cancel()
                         self._timer = None

@@ -49,6 +49,7 @@ from .revocations import Revocations
 from .threads import TaskThreads
 from .timelimits import TimeLimit, TimeLimits
 from .waits import wait_set
+from .workflow_steps import is_step, step_of
 
 log = logging.getLogger("blitzq.worker")
 
@@ -492,6 +493,13 @@ class Worker:
                         settlement = settlement._replace(started_ms=0)
                 elif settlement.kind == REQUEUE and not settlement.started_ms:
                     settlement = settlement._replace(started_ms=held.started_ms)  # interrupted
+            message = held.message
+            if message is not None and message.headers and is_step(message, settlement):
+                step = step_of(self.broker, self.client.workflows.launcher, message,
+                               settlement)
+                if step is not None:  # recorded in its workflow before it is written
+                    self.flusher.add_after(settlement, step)
+                    return
             self.flusher.add(settlement)
             if self._forced or self._stopping.is_set():
                 self._room.set()  # _drain waits for running attempts to end
