@@ -54,7 +54,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from .. import redaction
+from .. import redaction, signals
 from ..engine import Client
 from ..engine.core import events as ev
 from ..engine.core.record import Record
@@ -301,6 +301,36 @@ def upsert_workflows(rows: Iterable[merge.WorkflowRow]) -> None:
                                            update_fields=list(WORKFLOW_FIELDS))
 
 
+def workflow_changes(before: dict[str, str], moved: dict[str, merge.WorkflowRow]
+                     ) -> list[tuple[str, merge.WorkflowRow]]:
+    """What a batch did to workflows: ("started", row) for each new row, ("finished", row)
+    for each row that became final (a start read after its end sends both, in order)."""
+    out: list[tuple[str, merge.WorkflowRow]] = []
+    for workflow_id, row in moved.items():
+        was = before.get(workflow_id)
+        if was is None:
+            out.append(("started", row))
+        if row.state != merge.WORKFLOW_RUNNING and was in (None, merge.WORKFLOW_RUNNING):
+            out.append(("finished", row))
+    return out
+
+
+def send_workflow_signals(changes: Sequence[tuple[str, merge.WorkflowRow]]) -> None:
+    """workflow_started and workflow_finished (signals.py), after the batch committed."""
+    for what, row in changes:
+        started = merge.aware(row.created_ms)
+        if what == "started":
+            signals.send_workflow_started(workflow_id=row.workflow_id, kind=row.kind,
+                                          queue=row.queue, state=row.state,
+                                          started_at=started)
+        else:
+            signals.send_workflow_finished(workflow_id=row.workflow_id, kind=row.kind,
+                                           queue=row.queue, state=row.state,
+                                           started_at=started,
+                                           finished_at=merge.aware(row.finished_ms),
+                                           error_type=row.error_type)
+
+
 def read_records(client: Client, queue: str, ids: Sequence[str]) -> list[Record | None]:
     """The records of ``ids``, read in one round trip per 1000 (``broker.records``)."""
     out: list[Record | None] = []
@@ -474,10 +504,14 @@ class HistoryWriter:
                 self._claim_keys(rows)
                 if rows:
                     upsert(rows)
+                changes: list[tuple[str, merge.WorkflowRow]] = []
                 if workflow_ids:
-                    upsert_workflows(merge.fold_workflows(
-                        stored_workflows(workflow_ids), events,
-                        failures_only=self.mode == "failures").values())
+                    flows = stored_workflows(workflow_ids)
+                    before = {i: row.state for i, row in flows.items()}
+                    moved = merge.fold_workflows(flows, events,
+                                                 failures_only=self.mode == "failures")
+                    upsert_workflows(moved.values())
+                    changes = workflow_changes(before, moved)
                 if not self.leases[queue].hold():  # fenced: a writer that lost the lease
                     raise LeaseLost(queue)         # must not commit over its successor
         except Exception as exc:
@@ -485,6 +519,7 @@ class HistoryWriter:
                 raise Refused(exc) from exc
             raise
         self.client.ack_events(queue, GROUP, [e.cursor for e in events])
+        send_workflow_signals(changes)
         if skipped:
             log.warning("history: %d events of task ids over %d characters not written",
                         skipped, merge.MAX_TASK_ID)
