@@ -76,9 +76,8 @@ def test_from_a_step_to_its_workflow_tree(page: Page, blitzq: Client) -> None:
     flow = chain(chord(group(price.s("apple"), price.s("kiwi"), label.si()),
                        invoice.si([500, 400])), ship.s())
     handle = flow.enqueue()
-    with running_worker(blitzq):
-        with pytest.raises(Exception, match="RuntimeError"):
-            handle.result(timeout=20)
+    with running_worker(blitzq), pytest.raises(Exception, match="RuntimeError"):
+        handle.result(timeout=20)
     writer = history.writer_for(conf.get_settings(), ["default"])
     assert writer is not None and wait_caught_up(writer, 30)
     # nodes in pre-order: 0 the chain, 1 the chord, 2 its group, 3-5 the group's steps,
