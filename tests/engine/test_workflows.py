@@ -3,6 +3,7 @@ policy; the handle; inspect and cancel. Each on Redis (both modes) and in memory
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,7 +14,8 @@ from blitzq_django.engine.client.workflows import chain, chord, group
 from blitzq_django.engine.core import workflow as wf
 from blitzq_django.engine.errors import WorkflowCancelled, WorkflowFailed
 
-from .helpers import run_burst
+from ..support.waiting import await_until
+from .helpers import background_worker, run_burst
 
 
 @pytest.fixture
@@ -221,3 +223,146 @@ def test_member_headers_and_children_do_not_inherit_them(client: Client) -> None
     handle.result(timeout=5)
     assert seen["header"] == [handle.id, 2, "1"]
     assert seen["child_header"] is None
+
+
+# -- the shapes that break Celery's chords (issue 22) ----------------------------------
+
+def test_a_member_that_retries_then_succeeds(client: Client, tasks: Any) -> None:
+    tries: dict[int, int] = {}
+
+    @client.task(name="flaky", retries=3, initial_delay=0.01, jitter=False)
+    def flaky(i: int) -> int:
+        tries[i] = tries.get(i, 0) + 1
+        if tries[i] < 3:
+            raise RuntimeError("not yet")
+        return i
+
+    handle = chord(group(flaky.s(i) for i in range(3)), tasks.echo.s()).enqueue()
+    run_burst(client)
+    assert handle.result(timeout=5) == [[0, 1, 2]]
+    assert tries == {0: 3, 1: 3, 2: 3}
+    info = handle.inspect()
+    assert info is not None and [m.attempt for m in info.members()] == [3, 3, 3, 1]
+
+
+def test_a_dead_lettered_member_fails_the_chord(client: Client, tasks: Any) -> None:
+    ran: list[Any] = []
+
+    @client.task(name="callback")
+    def callback(values: Any) -> None:
+        ran.append(values)
+
+    handle = chord([tasks.add.s(1, 1), tasks.boom.s()], callback.s()).enqueue(
+        on_error=tasks.echo.s())
+    run_burst(client)
+    with pytest.raises(WorkflowFailed):
+        handle.result(timeout=5)
+    assert ran == []
+    assert len(client.dead_letters.list()) == 1
+
+
+def test_results_expiring_before_the_callback(broker: Any, client: Client, tasks: Any,
+                                              request: pytest.FixtureRequest) -> None:
+    # Records live 1 s; the header runs, its records expire, then the callback runs (on
+    # a queue of its own, served later) and still gets every result: they are kept in
+    # the workflow until it has run.
+    from blitzq_django.engine import MemoryBroker, RedisBroker
+    from blitzq_django.engine.client.client import Client as EngineClient
+
+    from ..support.waiting import wait_until
+
+    if isinstance(broker, RedisBroker):
+        short = RedisBroker(broker.url, namespace=broker.keys.namespace, record_ttl=1,
+                            mode=broker.mode)
+        request.addfinalizer(short.close)
+    else:
+        short = MemoryBroker(record_ttl=1)
+    other = EngineClient(short, client.registry)
+    flow = chord(group(tasks.add.s(i, 0).options(queue="header") for i in range(5)),
+                 tasks.tsum.s().options(queue="callback"))
+    handle = other.workflows.enqueue(flow)
+    run_burst(other, queues=("header",))
+    first = wf.member_id(handle.id, 2)
+    wait_until(lambda: short.get_record("header", first) is None, 10,
+               message="the header's records to expire")
+    assert handle.state() == "running"
+    run_burst(other, queues=("callback",))
+    assert other.workflows.result(handle.id, timeout=5) == sum(range(5))
+
+
+@pytest.mark.asyncio
+async def test_a_member_cancelled_while_others_run(client: Client, tasks: Any) -> None:
+    started: set[int] = set()
+
+    @client.task(name="slow")
+    async def slow(i: int) -> int:
+        started.add(i)
+        await asyncio.sleep(30)
+        return i
+
+    handle = await chord([slow.s(1), slow.s(2), tasks.add.s(1, 1)],
+                         tasks.tsum.s()).aenqueue(on_error=tasks.echo.s())
+    async with background_worker(client):
+        await await_until(lambda: started == {1, 2}, 10, message="both slow members to start")
+        assert (await client.acancel(wf.member_id(handle.id, 2))).outcome == "revoked"
+        with pytest.raises(WorkflowFailed) as failed:
+            await handle.aresult(timeout=10)
+        assert failed.value.failure is not None
+        assert failed.value.failure["state"] == "cancelled"
+        assert await handle.acancel() == "failed"  # already final: nothing changes
+        await client.acancel(wf.member_id(handle.id, 3))  # the other slow one
+
+        async def on_error_state() -> str:
+            info = await handle.ainspect()
+            assert info is not None and info.on_error is not None
+            return info.on_error.state
+
+        await await_until_async(on_error_state, "succeeded", 10)
+    info = await handle.ainspect()
+    assert info is not None and info.members()[-2].state == "pending"  # no callback
+
+
+async def await_until_async(read: Any, wanted: Any, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (found := await read()) != wanted:
+        assert loop.time() < deadline, f"still {found!r} after {timeout} s, not {wanted!r}"
+        await asyncio.sleep(0.02)
+
+
+def test_a_step_recorded_twice_enqueues_what_follows_once(client: Client,
+                                                          tasks: Any) -> None:
+    # What a step that ran twice (a worker killed after recording it, a lost lease)
+    # does: record the same outcome again. Nothing changes; the same next step is
+    # enqueued again and deduplicated.
+    from blitzq_django.engine.client.workflows import ended, record_outcome
+    from blitzq_django.engine.core.message import pack
+
+    handle = chain(tasks.add.s(1, 1), tasks.add.s(1)).enqueue()
+    first = wf.member_id(handle.id, 1)
+    message = next(m for m in _ready(client) if m.id == first)
+    end = ended(message, "succeeded", None, 0, value=pack(2))
+    assert end is not None
+    for _ in range(3):
+        record_outcome(client.broker, client.workflows.launcher, end)
+    assert sorted(m.id for m in _ready(client)) == sorted([first,
+                                                           wf.member_id(handle.id, 2)])
+    assert handle.progress() == (1, 2)
+    run_burst(client)
+    # the first step's own run records "succeeded" again: changes nothing
+    assert handle.result(timeout=5) == 3
+    assert handle.progress() == (2, 2)
+
+
+def _ready(client: Client) -> list[Any]:
+    from .helpers import ready_message_ids
+    return [_message_of(client, i) for i in ready_message_ids(client.broker, "default")]
+
+
+def _message_of(client: Client, message_id: str) -> Any:
+    from blitzq_django.engine.core.message import decode
+
+    handle_id, _, at = message_id.rpartition(".")
+    raw = client.broker.workflows.fields(handle_id, [f"m:{at}"])[0]
+    assert raw is not None
+    return decode(wf.Member.unpack(raw).payload)
