@@ -120,6 +120,19 @@ def prune_query(older_than_days: float, states: list[str] | None, now: dt.dateti
     return TaskRecord.objects.filter(where)
 
 
+def prune_workflows_query(older_than_days: float, states: list[str] | None,
+                          now: dt.datetime) -> Any:
+    """The WorkflowRecord rows prune-history deletes: workflows that ended before the
+    cutoff (in one of ``states`` when given: succeeded, failed, cancelled are theirs too);
+    a running one is kept, as a task that has not finished is."""
+    # lazy: app loading
+    from ..models import WorkflowRecord
+
+    rows = WorkflowRecord.objects.filter(
+        finished_at__lt=now - dt.timedelta(days=older_than_days))
+    return rows.filter(state__in=states) if states else rows
+
+
 def run_prune(ops: Ops, args: argparse.Namespace) -> None:
     # lazy: app loading
     from ..models import TaskRecord
@@ -139,10 +152,16 @@ def run_prune(ops: Ops, args: argparse.Namespace) -> None:
                 count, _ = TaskRecord.objects.filter(pk__in=ids).delete()
                 deleted += count
                 advance(count)
+    flows = prune_workflows_query(days, args.state, timezone.now())
+    workflows = flows.count()
+    if not args.dry_run and workflows:
+        workflows, _ = flows.delete()  # two events per workflow: few rows
     if args.json:
         ops.console.document({"older_than_days": days, "matched": total, "deleted": deleted,
-                              "dry_run": bool(args.dry_run)})
+                              "workflows": workflows, "dry_run": bool(args.dry_run)})
     elif args.dry_run:
-        ops.console.line(f"{total} history rows older than {days:g} days would be deleted")
+        ops.console.line(f"{total} history rows and {workflows} workflows older than "
+                         f"{days:g} days would be deleted")
     else:
-        ops.console.line(f"deleted {deleted} history rows older than {days:g} days")
+        ops.console.line(f"deleted {deleted} history rows and {workflows} workflows older "
+                         f"than {days:g} days")

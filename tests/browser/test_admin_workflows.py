@@ -13,9 +13,9 @@ from django.contrib.auth.models import Permission, User
 from blitzq_django import conf, history
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
-from blitzq_django.engine.client.workflows import chain, chord, group
 from blitzq_django.history.writer import wait_caught_up
 from blitzq_django.models import TaskRecord
+from blitzq_django.workflows import chain, chord, group
 from tests.django.conftest import running_worker
 
 from .conftest import screenshots_dir, skip_without_browser

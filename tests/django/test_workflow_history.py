@@ -4,9 +4,14 @@ its own events (started, then its end), which never fold into a step's row."""
 
 from __future__ import annotations
 
+import datetime as dt
+import io
+import json
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.utils import timezone
 
 from blitzq_django.engine.core import events as ev
 from blitzq_django.engine.core.message import Message, encode
@@ -100,3 +105,30 @@ def test_rows_are_stored_and_read_back() -> None:
     assert (record.kind, record.state, record.queue, record.is_final) == (
         "chain", "succeeded", "default", True)
     assert record.finished_at is not None and record.created_at < record.finished_at
+
+
+@pytest.mark.django_db
+def test_prune_history_deletes_workflows_that_ended_before_the_cutoff(blitzq_memory: Any
+                                                                       ) -> None:
+    def flow(workflow_id: str, state: str, days: float | None) -> None:
+        now = timezone.now()
+        WorkflowRecord.objects.create(
+            workflow_id=workflow_id, kind="chain", state=state, queue="default",
+            created_at=now - dt.timedelta(days=(days or 0) + 1),
+            finished_at=None if days is None else now - dt.timedelta(days=days))
+
+    flow("old-ok", "succeeded", 30)
+    flow("old-failed", "failed", 30)
+    flow("old-running", "running", None)  # not ended: kept, as an unfinished task is
+    flow("new", "succeeded", 1)
+
+    def prune(*args: str) -> dict[str, Any]:
+        out = io.StringIO()
+        call_command("blitzq", "prune-history", *args, "--json", stdout=out)
+        return dict(json.loads(out.getvalue()))
+
+    assert prune("--dry-run")["workflows"] == 2 and WorkflowRecord.objects.count() == 4
+    assert prune("--state", "failed")["workflows"] == 1
+    assert prune()["workflows"] == 1
+    assert sorted(WorkflowRecord.objects.values_list("workflow_id", flat=True)) == [
+        "new", "old-running"]

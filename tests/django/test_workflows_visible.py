@@ -21,9 +21,9 @@ from django.test import Client as DjangoClient
 from blitzq_django import conf, history, signals
 from blitzq_django.decorators import blitzq_task
 from blitzq_django.engine import Client
-from blitzq_django.engine.client.workflows import chain, chord, group
 from blitzq_django.history.writer import wait_caught_up
 from blitzq_django.models import TaskRecord, WorkflowRecord
+from blitzq_django.workflows import chain, chord, group
 
 from .conftest import running_worker
 from .test_blitzq_command import manage, project_env  # noqa: F401 - a fixture
