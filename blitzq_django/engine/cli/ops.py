@@ -458,7 +458,7 @@ def workflow_document(info: WorkflowInfo) -> dict[str, Any]:
 
 def workflow_lines(console: Console, info: WorkflowInfo) -> None:
     """The workflow's summary, then its tree: one line per node, indented by depth."""
-    took = f"  took {age(info.finished_ms - info.created_ms)}" if info.finished_ms else ""
+    took = f"  took {span(info.finished_ms - info.created_ms)}" if info.finished_ms else ""
     console.line(f"workflow {info.id}  {info.root.kind}  {info.state}  "
                  f"{info.done}/{info.total} steps done  started {clock(info.created_ms)}"
                  f"{took}  queue {info.home}")
@@ -484,7 +484,7 @@ def tree_walk(node: WorkflowNode, depth: int = 0) -> Iterator[tuple[int, Workflo
 
 def node_row(node: WorkflowNode, depth: int, prefix: str = "") -> list[Any]:
     name = f"{prefix}{node.task}" if node.kind == "task" else f"{prefix}{node.kind}"
-    took = (age(node.finished_ms - node.started_ms)
+    took = (span(node.finished_ms - node.started_ms)
             if node.started_ms is not None and node.finished_ms is not None else "-")
     if node.error_type or node.error_message:
         outcome = one_line(f"{node.error_type or 'error'}: {node.error_message or ''}", 60)
@@ -840,6 +840,11 @@ def age(ms: int | None) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
+
+
+def span(ms: int) -> str:
+    """A duration: in ms under a second (a step often takes a few), else as ``age``."""
+    return f"{max(0, ms)}ms" if ms < 1000 else age(ms)
 
 
 def clock(ms: int) -> str:
