@@ -33,7 +33,7 @@ def test_inspect_and_cancel(redis_broker: RedisBroker) -> None:
     def total(values: list[int]) -> int:
         return sum(values)
 
-    done = chord(group(double.s(1), double.s(2)), total.s()).enqueue(workflow_id="basket-7")
+    chord(group(double.s(1), double.s(2)), total.s()).enqueue(workflow_id="basket-7")
     run_burst(client)
     code, out, _ = run(client, "workflow", "inspect", "basket-7", "--json")
     doc = json.loads(out)
@@ -50,7 +50,7 @@ def test_inspect_and_cancel(redis_broker: RedisBroker) -> None:
                                                        "jobs.total"]
     assert lines[5].split()[:4] == ["jobs.double", "succeeded", "0.1", "basket-7.3"]
     assert lines[6].split()[:4] == ["jobs.total", "succeeded", "1", "basket-7.4"]
-    assert lines[6].split()[-1] == "6" and lines[5].startswith("      jobs.double")
+    assert lines[6].split()[-1] == "6" and lines[5].startswith("    jobs.double")
 
     waiting = chain(double.s(1), double.s()).enqueue()  # no worker: it waits
     code, out, _ = run(client, "workflow", "cancel", waiting.id)
