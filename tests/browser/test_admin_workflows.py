@@ -131,3 +131,19 @@ def test_cancel_a_running_workflow(page: Page, blitzq: Client) -> None:
     expect(page.locator("#blitzq-workflow-state")).to_have_text("cancelled")
     assert page.locator("#blitzq-workflow-cancel").count() == 0
     assert blitzq.workflows.state(handle.id) == "cancelled"
+
+
+def test_the_dashboard_counts_running_and_failed_workflows(page: Page, blitzq: Client) -> None:
+    log_in(page, "ops", "view_queueoverview")
+    page.goto("/admin/blitzq_django/queueoverview/dashboard/")  # WSGI: the page polls
+    expect(page.locator("#bq-workflows-running")).to_have_text("0")
+    expect(page.locator("#bq-workflows-failed")).to_have_text("0")
+    good = chain(price.s("fig"), invoice.si([1, 2])).enqueue()
+    bad = chain(price.s("plum"), ship.s()).enqueue()
+    expect(page.locator("#bq-workflows-running")).to_have_text("2")
+    with running_worker(blitzq):
+        assert good.result(timeout=20) == 3
+        with pytest.raises(Exception, match="RuntimeError"):
+            bad.result(timeout=20)
+        expect(page.locator("#bq-workflows-running")).to_have_text("0", timeout=15_000)
+        expect(page.locator("#bq-workflows-failed")).to_have_text("1")
