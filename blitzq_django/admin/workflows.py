@@ -207,11 +207,38 @@ def _body(step: Step) -> SafeString:
     return format_html_join("", "{}", ((p,) for p in parts))
 
 
+#: Children drawn under one node at most: a group of 10,000 steps shows those that did not
+#: succeed first, then the others in order, up to this many, and counts the rest by state.
+CHILDREN_SHOWN = 100
+
+
+def shown_children(children: Sequence[Step]) -> tuple[list[Step], dict[str, int]]:
+    """The children to draw (in their order) and the states of those left out."""
+    if len(children) <= CHILDREN_SHOWN:
+        return list(children), {}
+    first = [i for i, c in enumerate(children) if c.state != "succeeded"][:CHILDREN_SHOWN]
+    chosen = set(first)
+    for i in range(len(children)):
+        if len(chosen) >= CHILDREN_SHOWN:
+            break
+        chosen.add(i)
+    hidden: dict[str, int] = {}
+    for i, child in enumerate(children):
+        if i not in chosen:
+            hidden[child.state or "unknown"] = hidden.get(child.state or "unknown", 0) + 1
+    return [children[i] for i in sorted(chosen)], hidden
+
+
 def draw(step: Step) -> SafeString:
     """The tree under ``step`` as nested lists (escaped: format_html)."""
-    children = (format_html('<ul class="blitzq-tree">{}</ul>',
-                            format_html_join("", "{}", ((draw(c),) for c in step.children)))
-                if step.children else "")
+    children: SafeString | str = ""
+    if step.children:
+        shown, hidden = shown_children(step.children)
+        more = (format_html('<li class="blitzq-node blitzq-more">{}</li>', "… and " + ", ".join(
+            f"{n} more {state}" for state, n in sorted(hidden.items())) + " (not drawn)")
+            if hidden else "")
+        children = format_html('<ul class="blitzq-tree">{}{}</ul>',
+                               format_html_join("", "{}", ((draw(c),) for c in shown)), more)
     return format_html('<li class="blitzq-node blitzq-node-{}" data-path="{}" '
                        'data-state="{}" data-id="{}">{}{}{}</li>',
                        step.kind, step.path, step.state, step.message_id, _head(step),
@@ -303,7 +330,11 @@ class WorkflowRecordAdmin(admin.ModelAdmin):
             return self._render(request, context, status=404)
         record = WorkflowRecord.objects.filter(workflow_id=workflow_id).first()
         can_steps = request.user.has_perm(f"{self.opts.app_label}.view_taskrecord")
-        rows = list(TaskRecord.objects.filter(workflow_id=workflow_id)) if can_steps else []
+        # What the tree shows of each step: not its arguments, timeline or message.
+        rows = list(TaskRecord.objects.filter(workflow_id=workflow_id).only(
+            "task_id", "task_name", "queue", "state", "attempt", "result", "error_type",
+            "error_message", "started_at", "finished_at", "workflow_node",
+            "workflow_path")) if can_steps else []
         url_of = self._record_url if can_steps else (lambda row: "")
         info: WorkflowInfo | None = None
         try:
