@@ -147,3 +147,4 @@ def test_the_dashboard_counts_running_and_failed_workflows(page: Page, blitzq: C
             bad.result(timeout=20)
         expect(page.locator("#bq-workflows-running")).to_have_text("0", timeout=15_000)
         expect(page.locator("#bq-workflows-failed")).to_have_text("1")
+    assert page.locator("#bq-workflows-link").count() == 0  # no view_workflowrecord

@@ -158,6 +158,12 @@ def test_history_signals_admin_and_cli(blitzq_redis: Client,
     assert bad in listing and good not in listing
     record = browser.get(f"/admin/blitzq_django/taskrecord/{steps[f'{good}.2'].pk}/change/")
     assert f'{TREE}?id={good}" id="blitzq-workflow-link"' in record.content.decode()
+    # the dashboard links its count of failed workflows to them
+    User.objects.get().user_permissions.add(Permission.objects.get(
+        content_type__app_label="blitzq_django", codename="view_queueoverview"))
+    board = browser.get("/admin/blitzq_django/queueoverview/dashboard/").content.decode()
+    assert ('href="/admin/blitzq_django/workflowrecord/?state__exact=failed" '
+            'id="bq-workflows-link"') in board
     steps_list = browser.get("/admin/blitzq_django/taskrecord/",
                              {"in_workflow": "yes", "q": good}).content.decode()
     assert all(task_id in steps_list for task_id in steps)
