@@ -163,6 +163,10 @@ class WorkflowStore(Protocol):
         ``settle``)."""
     async def asettle(self, workflow_id: str, at: int | str, state: str, value: bytes,
                       outcome: bytes, failure: bytes, now_ms: int) -> Advance: ...
+    async def asettle_many(self, items: Sequence[tuple[str, int | str, str, bytes, bytes,
+                                                       bytes, int]]) -> list[Advance]:
+        """``asettle`` of each (workflow id, node, state, value, outcome, failure, now_ms),
+        in one round trip (each its own atomic step: they are other workflows' keys)."""
     def cancel(self, workflow_id: str, now_ms: int) -> tuple[str, list[bytes]]:
         """Cancel it if running: (its state before or "" when unknown, the members
         launched and unfinished, each a packed Member, to cancel)."""

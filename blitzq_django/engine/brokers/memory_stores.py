@@ -276,6 +276,10 @@ class MemoryWorkflowStore:
                       outcome: bytes, failure: bytes, now_ms: int) -> Any:
         return self.settle(workflow_id, at, state, value, outcome, failure, now_ms)
 
+    async def asettle_many(self, items: Sequence[tuple[str, int | str, str, bytes, bytes,
+                                                       bytes, int]]) -> list[Any]:
+        return [self.settle(*item) for item in items]
+
     def cancel(self, workflow_id: str, now_ms: int) -> tuple[str, list[bytes]]:
         return self._run(workflow_id, lambda h: workflow.cancel(h, now_ms=now_ms))  # type: ignore[no-any-return]
 

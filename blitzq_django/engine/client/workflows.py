@@ -190,6 +190,7 @@ class Prepared(NamedTuple):
     on_error: bytes | None
     home: str
     root: str
+    items: dict[int, Enqueue]  # each task node's message as built (for the first launch)
 
 
 def _flatten(canvas: Canvas) -> tuple[list[wf.Node], list[tuple[int, Signature, str, bool]]]:
@@ -227,7 +228,7 @@ def _flatten(canvas: Canvas) -> tuple[list[wf.Node], list[tuple[int, Signature, 
 
 
 def _member(build: Build, sig: Signature, workflow_id: str, at: int | str, path: str,
-            takes_input: bool) -> tuple[bytes, str]:
+            takes_input: bool) -> tuple[bytes, Enqueue]:
     call: CallOptions = sig.task.call
     headers = {**(call.headers or {}), wf.WORKFLOW_HEADER: [workflow_id, at, path]}
     call = call.merged(task_id=wf.member_id(workflow_id, at),
@@ -237,7 +238,7 @@ def _member(build: Build, sig: Signature, workflow_id: str, at: int | str, path:
     # function's signature now, filled at launch).
     args = (None, *sig.args) if takes_input else sig.args
     item = build(sig.task.spec, args, dict(sig.kwargs), call)
-    return wf.Member(item.payload, not takes_input).pack(), item.queue
+    return wf.Member(item.payload, not takes_input).pack(), item
 
 
 Build = Callable[..., Enqueue]
@@ -252,15 +253,15 @@ def prepare(build: Build, canvas: Canvas, on_error: Signature | None,
                                  f"{on_error!r:.60}")
     nodes, tasks = _flatten(canvas)
     members: dict[int, bytes] = {}
-    home = ""
+    items: dict[int, Enqueue] = {}
     for n, sig, path, takes_input in tasks:
-        members[n], queue = _member(build, sig, workflow_id, n, path, takes_input)
-        home = home or queue
+        members[n], items[n] = _member(build, sig, workflow_id, n, path, takes_input)
     error_member = None
     if on_error is not None:
         error_member, _ = _member(build, on_error, workflow_id, wf.ON_ERROR, "e",
                                   not on_error.immutable)
-    return Prepared(nodes, members, error_member, home, nodes[0].kind)
+    home = items[tasks[0][0]].queue
+    return Prepared(nodes, members, error_member, home, nodes[0].kind, items)
 
 
 def check_id(workflow_id: Any) -> str:
@@ -427,6 +428,32 @@ async def arecord_outcome(broker: Broker, launcher: Launcher, end: Ended) -> Non
     await alaunch(broker, launcher, end.workflow_id, advance)
 
 
+async def arecord_outcomes(broker: Broker, launcher: Launcher, ends: Sequence[Ended]) -> None:
+    """``arecord_outcome`` of many steps (a worker's batch): their outcomes in one round
+    trip, what follows all of them in one enqueue."""
+    now = now_ms()
+    advances = await broker.workflows.asettle_many(
+        [(e.workflow_id, e.at, e.state, e.value, e.outcome, e.failure, now) for e in ends])
+    items: list[Enqueue] = []
+    later: list[tuple[str, wf.Advance]] = []
+    for end, advance in zip(ends, advances, strict=True):
+        if advance.status == "gone":
+            continue
+        if advance.finished:
+            await broker.workflows.aemit(advance.home, end_event(
+                advance, end.workflow_id, now, unpack(end.failure).get("error_type")))
+        if advance.launches:
+            found, refused = launcher.items(advance.launches, now)
+            items += found
+            if refused:
+                later.append((end.workflow_id, advance._replace(
+                    launches=[r[0] for r in refused])))
+    if items:
+        await broker.aenqueue(items)
+    for workflow_id, advance in later:  # rare: a result too large to pass on
+        await alaunch(broker, launcher, workflow_id, advance)
+
+
 def record_outcome(broker: Broker, launcher: Launcher, end: Ended) -> None:
     now = now_ms()
     advance = broker.workflows.settle(end.workflow_id, end.at, end.state, end.value,
@@ -481,7 +508,10 @@ class Workflows:
         if advance.status == "new":
             self._store.emit(ready.home, events.pack(events.WORKFLOW_STARTED, workflow_id,
                                                      ready.root, now))
-        launch(self._broker, self.launcher, workflow_id, advance)
+            # The first steps take no input: their messages as built, not built again.
+            self._broker.enqueue([ready.items[int(x.node)] for x in advance.launches])
+        else:
+            launch(self._broker, self.launcher, workflow_id, advance)
         return WorkflowHandle(workflow_id, self)
 
     async def aenqueue(self, canvas: Canvas, *, on_error: Signature | None = None,
@@ -494,7 +524,9 @@ class Workflows:
         if advance.status == "new":
             await self._store.aemit(ready.home, events.pack(
                 events.WORKFLOW_STARTED, workflow_id, ready.root, now))
-        await alaunch(self._broker, self.launcher, workflow_id, advance)
+            await self._broker.aenqueue([ready.items[int(x.node)] for x in advance.launches])
+        else:
+            await alaunch(self._broker, self.launcher, workflow_id, advance)
         return WorkflowHandle(workflow_id, self)
 
     def handle(self, workflow_id: str) -> WorkflowHandle:

@@ -7,11 +7,11 @@ message pays one look at its headers (``step_of``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from typing import Any
 
 from ..brokers.base import Broker, Settlement
-from ..client.workflows import Launcher, arecord_outcome, ended
+from ..client.workflows import Ended, Launcher, arecord_outcomes, ended
 from ..core.ids import now_ms
 from ..core.message import Message
 from ..core.record import Record
@@ -28,14 +28,20 @@ def is_step(message: Message | None, settlement: Settlement) -> bool:
             and WORKFLOW_HEADER in message.headers and settlement.kind in FINAL_KINDS)
 
 
-def step_of(broker: Broker, launcher: Launcher, message: Message,
-            settlement: Settlement) -> Callable[[], Awaitable[None]] | None:
-    """What records this step's outcome and enqueues what follows (None: not a step)."""
-    record = _record(message, settlement)
-    end = ended(message, settlement.state, record, now_ms())
-    if end is None:
-        return None
-    return lambda: arecord_outcome(broker, launcher, end)
+def step_of(message: Message, settlement: Settlement) -> Ended | None:
+    """This step's outcome, to record in its workflow (None: not a step)."""
+    return ended(message, settlement.state, _record(message, settlement), now_ms())
+
+
+class StepRecorder:
+    """Records a batch of steps' outcomes and enqueues what follows them (the flusher
+    calls it before it writes their settlements)."""
+
+    def __init__(self, broker: Broker, launcher: Launcher) -> None:
+        self._broker, self._launcher = broker, launcher
+
+    async def __call__(self, ends: Sequence[Ended]) -> None:
+        await arecord_outcomes(self._broker, self._launcher, ends)
 
 
 def _record(message: Message, settlement: Settlement) -> Record | None:

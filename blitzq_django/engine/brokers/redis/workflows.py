@@ -115,6 +115,12 @@ class RedisWorkflowStore:
                                                  outcome, failure, now_ms,
                                                  self._broker.record_ttl))
 
+    async def asettle_many(self, items: Sequence[tuple[str, int | str, str, bytes, bytes,
+                                                       bytes, int]]) -> list[Advance]:
+        ttl = self._broker.record_ttl
+        return await self._broker.aio.run_many(  # type: ignore[no-any-return]
+            [settle(self._keys, *item, ttl) for item in items])
+
     def cancel(self, workflow_id: str, now_ms: int) -> tuple[str, list[bytes]]:
         return self._broker.sync.run(cancel(self._keys, workflow_id, now_ms,  # type: ignore[no-any-return]
                                             self._broker.record_ttl))
