@@ -35,7 +35,7 @@ def _event(n: int, kind: str, id_: str, task: str = "t.x", **fields: Any) -> ev.
 
 def test_a_step_row_carries_its_workflow_and_place() -> None:
     batch = [_event(1, ev.ENQUEUED, "wf1.3", detail=_payload("wf1.3", ["wf1", 3, "1.0"])),
-             _event(2, ev.ENQUEUED, "wf1.e", detail=_payload("wf1.e", ["wf1", "e", ""])),
+             _event(2, ev.ENQUEUED, "wf1.e", detail=_payload("wf1.e", ["wf1", "e", "e"])),
              _event(3, ev.ENQUEUED, "plain", detail=_payload("plain")),
              _event(4, ev.STARTED, "wf1.3", attempt=1),
              _event(5, ev.SUCCEEDED, "wf1.3", attempt=1, duration_ms=1)]

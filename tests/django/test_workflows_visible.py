@@ -196,6 +196,14 @@ def test_history_signals_admin_and_cli(blitzq_redis: Client,
     assert lines[3].split()[:3] == ["chain", "failed", "-"]
     assert re.match(r"  tests\.wf\.explode\s+dead_lettered\s+1\s", lines[5]), lines
     assert re.match(r"on_error tests\.wf\.report\s+succeeded\s+e\s", lines[7]), lines
+    # the history's steps of a workflow, in the tree's order, on_error last
+    listed = io.StringIO()
+    call_command("blitzq", "history", "--workflow", bad, "--json", stdout=listed)
+    assert [(r["task_id"], r["workflow_path"]) for r in json.loads(listed.getvalue())["rows"]
+            ] == [(f"{bad}.1", "0"), (f"{bad}.2", "1"), (f"{bad}.e", "e")]
+    plain = io.StringIO()
+    call_command("blitzq", "history", "--workflow", bad, stdout=plain)
+    assert plain.getvalue().splitlines()[1].endswith(f"workflow {bad} at 1")
     with pytest.raises(CommandError) as missing:
         call_command("blitzq", "workflow", "inspect", good, stdout=io.StringIO())
     assert missing.value.returncode == 1
