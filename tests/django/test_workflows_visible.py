@@ -229,6 +229,12 @@ def test_permissions(blitzq_redis: Client) -> None:
     assert viewer.get(TREE, {"id": "a b"}).status_code == 404
     User.objects.all().delete()
     canceller = login("view_workflowrecord", "cancel_workflowrecord")
+    forged = DjangoClient(enforce_csrf_checks=True)  # a POST without the CSRF token
+    forged.force_login(User.objects.get())
+    assert forged.post("/admin/blitzq_django/workflowrecord/cancel/",
+                       {"id": flow.id}).status_code == 403
+    assert blitzq_redis.workflows.state(flow.id) == "running"
+    assert canceller.get("/admin/blitzq_django/workflowrecord/cancel/").status_code == 405
     assert "blitzq-workflow-cancel" in canceller.get(TREE, {"id": flow.id}).content.decode()
     done = canceller.post("/admin/blitzq_django/workflowrecord/cancel/", {"id": flow.id},
                           follow=True)
