@@ -17,7 +17,12 @@ from blitzq_django.engine.core import events as ev
 from blitzq_django.engine.core.message import Message, encode
 from blitzq_django.engine.core.workflow import WORKFLOW_HEADER
 from blitzq_django.history import merge
-from blitzq_django.history.writer import stored_workflows, upsert, upsert_workflows
+from blitzq_django.history.writer import (
+    stored_workflows,
+    upsert,
+    upsert_workflows,
+    workflow_changes,
+)
 from blitzq_django.models import TaskRecord, WorkflowRecord
 
 T0 = 1_700_000_000_000
@@ -132,3 +137,18 @@ def test_prune_history_deletes_workflows_that_ended_before_the_cutoff(blitzq_mem
     assert prune()["workflows"] == 1
     assert sorted(WorkflowRecord.objects.values_list("workflow_id", flat=True)) == [
         "new", "old-running"]
+
+
+def test_each_workflow_is_started_and_finished_once_in_that_order() -> None:
+    rows: dict[str, merge.WorkflowRow] = {}
+    first = [_event(1, ev.WORKFLOW_STARTED, "a"), _event(2, ev.WORKFLOW_SUCCEEDED, "b")]
+    moved = merge.fold_workflows(rows, first)
+    # "b" ended before its start was read: started, then finished, from one batch
+    assert [(what, row.workflow_id) for what, row in workflow_changes({}, moved)] == [
+        ("started", "a"), ("started", "b"), ("finished", "b")]
+    before = {i: row.state for i, row in rows.items()}
+    moved = merge.fold_workflows(rows, [_event(3, ev.WORKFLOW_STARTED, "b"),
+                                        _event(4, ev.WORKFLOW_FAILED, "a"),
+                                        _event(5, ev.WORKFLOW_SUCCEEDED, "b")])
+    assert [(what, row.workflow_id) for what, row in workflow_changes(before, moved)] == [
+        ("finished", "a")]
