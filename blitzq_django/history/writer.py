@@ -9,6 +9,11 @@ unacknowledged events when it starts again (they are pending for the group's one
 consumer name, ``CONSUMER``); rows remember the last event applied, so the re-read
 batch changes nothing already written. No transition is lost, none applied twice.
 
+Workflows' own events (``events.WORKFLOW_KINDS``) fold into WorkflowRecord rows, keyed by
+workflow id, in the same transaction (``merge.fold_workflows``); after the ack, the
+workflow_started and workflow_finished signals are sent for the rows that started or
+ended in the batch (signals.py).
+
 One writer per queue at a time: the broker's lease (``broker.lease(queue, "history",
 ...)``; on Redis ``bq:{ns:queue}:hl``, a token with a TTL, renewed every round and
 checked again just before each commit) elects it; other
