@@ -16,8 +16,10 @@ runs, for each system in turn (the order rotated every round):
 - ``chord``: enqueue ``chord(group(noop.s(i) for i in range(n)), collect.s())`` and
   wait for the callback's result (which checks it got all ``n`` results).
 
-Each figure is the wall time from the first enqueue to the last result, in ms; the
-script prints every run, then the medians and chord / plain (the workflow's overhead).
+Each figure is the wall time from the first enqueue to the last result, in ms, and
+how much of it the enqueue took (Celery's producer subscribes to each task's result as
+it sends it, so its enqueue is a large part); the script prints every run, then the
+medians and chord / plain (the workflow's overhead).
 
 Needs redis-server on PATH (or REDIS_URL), the project's dependencies and Celery
 (bench/requirements.txt).
@@ -138,8 +140,9 @@ class Blitzq:
         self._chord, self._group = chord, group
         self.tasks = {t.name: t for t in _tasks(self.client)}
 
-    def plain(self, n: int) -> None:
+    def plain(self, n: int) -> float:
         handles = self.tasks["noop"].enqueue_many([(i,) for i in range(n)])
+        enqueued = time.perf_counter()
         ids = [h.id for h in handles]
         records = self.client.broker.records
         deadline = time.monotonic() + 120
@@ -148,11 +151,15 @@ class Blitzq:
         while not all(records(QUEUE, ids)):
             assert time.monotonic() < deadline, "plain tasks did not finish"
             time.sleep(0.002)
+        return enqueued
 
-    def chord(self, n: int) -> None:
+    def chord(self, n: int) -> float:
         flow = self._chord(self._group(self.tasks["noop"].s(i) for i in range(n)),
                            self.tasks["collect"].s())
-        assert flow.enqueue().result(timeout=120) == n
+        handle = flow.enqueue()
+        enqueued = time.perf_counter()
+        assert handle.result(timeout=120) == n
+        return enqueued
 
 
 def _tasks(client: Any) -> list[Any]:
@@ -170,14 +177,19 @@ class Celery:
         self._chord, self._group, self._set = chord, group, ResultSet
         self.noop, self.collect = self.app.tasks["noop"], self.app.tasks["collect"]
 
-    def plain(self, n: int) -> None:
+    def plain(self, n: int) -> float:
         results = [self.noop.delay(i) for i in range(n)]
+        enqueued = time.perf_counter()
         # join_native: one read of many results at a time (the Redis backend's get_many)
         self._set(results).join_native(timeout=120)
+        return enqueued
 
-    def chord(self, n: int) -> None:
+    def chord(self, n: int) -> float:
         flow = self._chord(self._group(self.noop.s(i) for i in range(n)), self.collect.s())
-        assert flow().get(timeout=120) == n
+        result = flow()
+        enqueued = time.perf_counter()
+        assert result.get(timeout=120) == n
+        return enqueued
 
 
 def main() -> None:
@@ -203,15 +215,21 @@ def main() -> None:
             for system in order:
                 for shape in ("plain", "chord") if round_ % 2 == 0 else ("chord", "plain"):
                     began = time.perf_counter()
-                    getattr(drivers[system], shape)(args.n)
+                    enqueued = getattr(drivers[system], shape)(args.n)
                     ms = (time.perf_counter() - began) * 1000
                     times.setdefault((system, shape), []).append(ms)
-                    print(f"round {round_ + 1} {system:7} {shape:6} {ms:8.1f} ms", flush=True)
+                    times.setdefault((system, shape + "-enqueue"), []).append(
+                        (enqueued - began) * 1000)
+                    print(f"round {round_ + 1} {system:7} {shape:6} {ms:8.1f} ms "
+                          f"(enqueued in {(enqueued - began) * 1000:.1f} ms)", flush=True)
         print(f"\nmedians of {args.repeats} rounds, n = {args.n}:")
         for system in systems:
             plain = statistics.median(times[(system, "plain")])
             chord = statistics.median(times[(system, "chord")])
-            print(f"  {system:7} plain {plain:8.1f} ms   chord {chord:8.1f} ms   "
+            plain_in = statistics.median(times[(system, "plain-enqueue")])
+            chord_in = statistics.median(times[(system, "chord-enqueue")])
+            print(f"  {system:7} plain {plain:8.1f} ms (enqueued in {plain_in:.1f})   "
+                  f"chord {chord:8.1f} ms (enqueued in {chord_in:.1f})   "
                   f"chord / plain {chord / plain:.2f}")
     finally:
         for proc in workers.values():

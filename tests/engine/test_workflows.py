@@ -366,3 +366,42 @@ def _message_of(client: Client, message_id: str) -> Any:
     raw = client.broker.workflows.fields(handle_id, [f"m:{at}"])[0]
     assert raw is not None
     return decode(wf.Member.unpack(raw).payload)
+
+
+def test_workflow_events(client: Client, tasks: Any) -> None:
+    ok = chain(tasks.add.s(1, 1), tasks.add.s(1)).enqueue()
+    bad = group(tasks.boom.s(), tasks.add.s(1, 1)).enqueue()
+    run_burst(client)
+    stopped = chain(tasks.add.s(1, 1)).enqueue()
+    stopped.cancel()
+    found = [(e.kind, e.id, e.task, e.error_type)
+             for e in client.broker.events("default", "0", 10_000, None)
+             if e.kind.startswith("workflow_")]
+    assert ("workflow_started", ok.id, "chain", None) in found
+    assert ("workflow_succeeded", ok.id, "chain", None) in found
+    assert ("workflow_failed", bad.id, "group", "ValueError") in found
+    assert ("workflow_cancelled", stopped.id, "chain", None) in found
+    assert [k for k, i, *_ in found if i == ok.id] == ["workflow_started",
+                                                       "workflow_succeeded"]
+    ends = [e for e in client.broker.events("default", "0", 10_000, None)
+            if e.kind == "workflow_succeeded"]
+    assert ends[0].duration_ms is not None
+
+
+def test_a_late_replay_does_not_send_a_finished_step_again(client: Client,
+                                                           tasks: Any) -> None:
+    from blitzq_django.engine.client.workflows import ended, record_outcome
+    from blitzq_django.engine.core.message import pack
+
+    handle = chain(tasks.add.s(1, 1), tasks.add.s(1)).enqueue()
+    first = _ready(client)[0]
+    run_burst(client)
+    assert handle.result(timeout=5) == 3
+    end = ended(first, "succeeded", None, 0, value=pack(2))
+    assert end is not None
+    # Replayed long after (its next step's idempotency key may be gone by then): the
+    # next step has its outcome, so it is not launched again.
+    again = client.broker.workflows.settle(*end, 0)
+    assert again.status == "again" and again.launches == []
+    record_outcome(client.broker, client.workflows.launcher, end)
+    assert client.queue_stats().ready == 0

@@ -231,9 +231,12 @@ def _member(build: Build, sig: Signature, workflow_id: str, at: int | str, path:
             takes_input: bool) -> tuple[bytes, Enqueue]:
     call: CallOptions = sig.task.call
     headers = {**(call.headers or {}), wf.WORKFLOW_HEADER: [workflow_id, at, path]}
-    call = call.merged(task_id=wf.member_id(workflow_id, at),
-                       idempotency_key=wf.member_key(workflow_id, at), unique=False,
-                       headers=headers)
+    # The signature's options were checked when it was made, and these are valid by
+    # construction: copied field by field rather than checked again for every step
+    # (checking was 40% of enqueuing a chord of 1,000).
+    call = _with(call, task_id=wf.member_id(workflow_id, at),
+                 idempotency_key=wf.member_key(workflow_id, at), unique=False,
+                 headers=headers)
     # A step fed by the one before holds a slot for its input (checked against the
     # function's signature now, filled at launch).
     args = (None, *sig.args) if takes_input else sig.args
@@ -242,6 +245,13 @@ def _member(build: Build, sig: Signature, workflow_id: str, at: int | str, path:
 
 
 Build = Callable[..., Enqueue]
+
+
+def _with(call: CallOptions, **changes: Any) -> CallOptions:
+    out = object.__new__(type(call))
+    for name in call.__dataclass_fields__:
+        object.__setattr__(out, name, changes[name] if name in changes else getattr(call, name))
+    return out
 
 
 def prepare(build: Build, canvas: Canvas, on_error: Signature | None,
@@ -505,9 +515,10 @@ class Workflows:
         now = now_ms()
         advance = self._store.start(workflow_id, now, ready.home, ready.nodes, ready.members,
                                     ready.on_error)
-        if advance.status == "new":
+        if advance.state == wf.RUNNING:  # (again after a crash: at least once)
             self._store.emit(ready.home, events.pack(events.WORKFLOW_STARTED, workflow_id,
                                                      ready.root, now))
+        if advance.status == "new":
             # The first steps take no input: their messages as built, not built again.
             self._broker.enqueue([ready.items[int(x.node)] for x in advance.launches])
         else:
@@ -521,9 +532,10 @@ class Workflows:
         now = now_ms()
         advance = await self._store.astart(workflow_id, now, ready.home, ready.nodes,
                                            ready.members, ready.on_error)
-        if advance.status == "new":
+        if advance.state == wf.RUNNING:  # (again after a crash: at least once)
             await self._store.aemit(ready.home, events.pack(
                 events.WORKFLOW_STARTED, workflow_id, ready.root, now))
+        if advance.status == "new":
             await self._broker.aenqueue([ready.items[int(x.node)] for x in advance.launches])
         else:
             await alaunch(self._broker, self.launcher, workflow_id, advance)
@@ -715,7 +727,7 @@ def info(raw: dict[str, bytes], records: dict[str, Record]) -> wf.WorkflowInfo:
     def task_node(at: int | str, path: str) -> wf.WorkflowNode:
         message = decode(wf.Member.unpack(h[f"m:{at}"]).payload, 1 << 62)
         kind_state = h.get(f"s:{at}")
-        common = {"kind": wf.TASK, "node": at, "path": path, "task": message.task,
+        common: dict[str, Any] = {"kind": wf.TASK, "node": at, "path": path, "task": message.task,
                   "message_id": message.id, "queue": message.queue}
         if kind_state is not None:
             done = wf.Outcome.unpack(h[f"o:{at}"])

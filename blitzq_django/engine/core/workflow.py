@@ -258,6 +258,8 @@ def _launches(h: Hash, ids: Sequence[int | str]) -> list[Launch]:
     memo: dict[int, bytes] = {}
     out = []
     for n in ids:
+        if f"s:{n}" in h:  # has its outcome: only a late replay asks for it again
+            continue
         if n == ON_ERROR:
             out.append(Launch(n, h["m:e"], h.get("fail")))
         else:

@@ -128,6 +128,9 @@ end
 local function reply(status, state, ids, finished)
   local flat, inputs, index = {}, {}, {}
   for _, n in ipairs(ids) do
+    -- A step that has its outcome already is not sent again: only a late replay of the
+    -- step before it (a dead letter replayed) asks for it after that.
+    if redis.call("HEXISTS", W, "s:" .. n) == 0 then
     local member, input
     if n == "e" then
       member = redis.call("HGET", W, "m:e")
@@ -148,6 +151,7 @@ local function reply(status, state, ids, finished)
     flat[#flat + 1] = tostring(n)
     flat[#flat + 1] = member
     flat[#flat + 1] = at
+    end
   end
   local about = redis.call("HMGET", W, "home", "created")
   return {status, state, flat, inputs, finished, about[1] or "", shape(0).kind,
