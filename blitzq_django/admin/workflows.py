@@ -32,6 +32,7 @@ from django.utils.safestring import SafeString
 from .. import redaction
 from ..engine.core.validate import task_id_ok
 from ..engine.core.workflow import WorkflowInfo, WorkflowNode
+from ..engine.errors import ConfigurationError
 from ..models import TaskRecord, WorkflowRecord
 from ..web.common import ENGINE_ERRORS, client, duration, from_ms, pretty
 from .history import to_the_second
@@ -325,7 +326,7 @@ class WorkflowRecordAdmin(admin.ModelAdmin):
             "list_url": reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}"
                                 "_changelist", current_app=self.admin_site.name),
         }
-        if not task_id_ok(workflow_id):
+        if not task_id_ok(workflow_id):  # nothing can be looked up by it
             context["invalid"] = True
             return self._render(request, context, status=404)
         record = WorkflowRecord.objects.filter(workflow_id=workflow_id).first()
@@ -339,6 +340,9 @@ class WorkflowRecordAdmin(admin.ModelAdmin):
         info: WorkflowInfo | None = None
         try:
             info = client().workflows.inspect(workflow_id)
+        except ConfigurationError:  # not an id the engine gives a workflow
+            context["invalid"] = True
+            return self._render(request, context, status=404)
         except ENGINE_ERRORS as exc:
             context["unavailable"] = f"{type(exc).__name__}: {exc}"
         if info is not None:

@@ -227,6 +227,9 @@ def test_permissions(blitzq_redis: Client) -> None:
                        {"id": flow.id}).status_code == 403
     assert viewer.get(TREE, {"id": "no-such-workflow"}).status_code == 404
     assert viewer.get(TREE, {"id": "a b"}).status_code == 404
+    not_an_id = viewer.get(TREE, {"id": "order.1"})  # a message id, not a workflow's
+    assert not_an_id.status_code == 404 and "not a valid workflow id" in \
+        not_an_id.content.decode()
     User.objects.all().delete()
     canceller = login("view_workflowrecord", "cancel_workflowrecord")
     forged = DjangoClient(enforce_csrf_checks=True)  # a POST without the CSRF token

@@ -66,3 +66,5 @@ def test_inspect_and_cancel(redis_broker: RedisBroker) -> None:
     code, _, err = run(client, "workflow", "cancel", "nothing-here")
     assert code == 1 and "nothing is known of workflow" in err
     assert run(client, "workflow", "inspect", "bad id")[0] == 2
+    code, _, err = run(client, "workflow", "cancel", "basket-7.3")  # a step's id
+    assert code == 2 and "a workflow id is 1 to 100 letters" in err

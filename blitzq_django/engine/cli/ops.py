@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..client import Client
 from ..client.dead_letters import BATCH, DeadLetters
+from ..client.workflows import check_id as check_workflow_id
 from ..core.deadletter import DeadLetter
 from ..core.ids import now_ms
 from ..core.names import check_name
@@ -431,17 +432,8 @@ def run_cancel(ops: Ops, args: argparse.Namespace) -> None:
 # -- workflows ---------------------------------------------------------------------------
 
 
-def workflow_id(text: str) -> str:
-    """A workflow id from the command line (its steps' ids are ``<id>.<node>``, message
-    ids: the same rule), refused (exit 2) when no workflow can have it."""
-    if not task_id_ok(text):
-        raise ConfigurationError(f"workflow id {text!r} is invalid: it must be "
-                                 f"{RULES['task_id'][1]}")
-    return text
-
-
 def run_workflow_inspect(ops: Ops, args: argparse.Namespace) -> None:
-    info = ops.client.workflows.inspect(workflow_id(args.id))
+    info = ops.client.workflows.inspect(check_workflow_id(args.id))  # bad: exit 2
     if args.json:
         ops.console.document(workflow_document(info) if info is not None else None)
     if info is None:
@@ -497,27 +489,22 @@ def node_row(node: WorkflowNode, depth: int, prefix: str = "") -> list[Any]:
             outcome]
 
 
-WORKFLOW_CANCEL_TEXT = {
-    "": "nothing is known of workflow {id!r} (never enqueued, or expired)",
-    "running": "cancelled workflow {id}: its later steps will not be enqueued, and its "
-               "steps enqueued and not finished are cancelled",
-}
-
-
 def run_workflow_cancel(ops: Ops, args: argparse.Namespace) -> None:
-    checked = workflow_id(args.id)
+    checked = check_workflow_id(args.id)
     before = ops.client.workflows.cancel(checked)
     if args.json:
         ops.console.document({"id": checked, "before": before or None,
                               "cancelled": before == "running"})
     if before == "":
-        raise Failure(EXIT_NOT_FOUND, WORKFLOW_CANCEL_TEXT[""].format(id=checked))
+        raise Failure(EXIT_NOT_FOUND, f"nothing is known of workflow {checked!r} (never "
+                                      "enqueued, or expired)")
     if before != "running":
         # Exit 1, "nothing done", as for a message that finished.
         raise Failure(EXIT_NOT_FOUND, f"workflow {checked!r} already finished ({before}): "
                                       "nothing to cancel")
     if not args.json:
-        ops.console.line(WORKFLOW_CANCEL_TEXT["running"].format(id=checked))
+        ops.console.line(f"cancelled workflow {checked}: its later steps will not be "
+                         "enqueued, and its steps enqueued and not finished are cancelled")
 
 
 # -- purge -------------------------------------------------------------------------------
