@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -248,6 +249,13 @@ def draw(step: Step) -> SafeString:
 
 # -- the admin ---------------------------------------------------------------------------
 
+def _shown(rows: QuerySet[TaskRecord]) -> QuerySet[TaskRecord]:
+    """What the tree shows of each step: not its arguments, timeline or message."""
+    return rows.only("task_id", "task_name", "queue", "state", "attempt", "result",
+                     "error_type", "error_message", "started_at", "finished_at",
+                     "workflow_node", "workflow_path")
+
+
 @admin.register(WorkflowRecord)
 class WorkflowRecordAdmin(admin.ModelAdmin):
     list_display = ("workflow_link", "kind", "state", "started_display", "duration_display",
@@ -331,11 +339,8 @@ class WorkflowRecordAdmin(admin.ModelAdmin):
             return self._render(request, context, status=404)
         record = WorkflowRecord.objects.filter(workflow_id=workflow_id).first()
         can_steps = request.user.has_perm(f"{self.opts.app_label}.view_taskrecord")
-        # What the tree shows of each step: not its arguments, timeline or message.
-        rows = list(TaskRecord.objects.filter(workflow_id=workflow_id).only(
-            "task_id", "task_name", "queue", "state", "attempt", "result", "error_type",
-            "error_message", "started_at", "finished_at", "workflow_node",
-            "workflow_path")) if can_steps else []
+        rows = list(_shown(TaskRecord.objects.filter(workflow_id=workflow_id))) \
+            if can_steps else []
         url_of = self._record_url if can_steps else (lambda row: "")
         info: WorkflowInfo | None = None
         try:
@@ -346,9 +351,18 @@ class WorkflowRecordAdmin(admin.ModelAdmin):
         except ENGINE_ERRORS as exc:
             context["unavailable"] = f"{type(exc).__name__}: {exc}"
         if info is not None:
-            root = _from_node(info.root, {r.task_id: r for r in rows}, url_of)
-            on_error = (_from_node(info.on_error, {r.task_id: r for r in rows}, url_of,
-                                   on_error=True) if info.on_error is not None else None)
+            by_id = {r.task_id: r for r in rows}
+            if can_steps:
+                # A step whose message was over 8 KiB has a row without its workflow (the
+                # event carried only its size): found by its message id.
+                missing = [m.message_id for m in info.members() if m.message_id
+                           and m.state != "pending" and m.message_id not in by_id]
+                for start in range(0, len(missing), 500):
+                    by_id.update((r.task_id, r) for r in _shown(TaskRecord.objects.filter(
+                        task_id__in=missing[start:start + 500])))
+            root = _from_node(info.root, by_id, url_of)
+            on_error = (_from_node(info.on_error, by_id, url_of, on_error=True)
+                        if info.on_error is not None else None)
             summary = {"state": info.state, "kind": info.root.kind,
                        "created": from_ms(info.created_ms),
                        "finished": from_ms(info.finished_ms),

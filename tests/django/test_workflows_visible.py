@@ -266,3 +266,22 @@ def test_cli_cancel_and_manage_py_inspect_json(blitzq_redis: Client,
     assert unknown.returncode == 1 and "nothing is known of workflow 'nope'" in unknown.stderr
     bad = manage("blitzq", "workflow", "inspect", "a b", env=project_env)
     assert bad.returncode == 2
+
+
+@blitzq_task(name="tests.wf.size")
+def size(blob: str) -> int:
+    return len(blob)
+
+
+def test_a_step_whose_message_is_not_kept_is_still_linked(blitzq_redis: Client) -> None:
+    # Over 8 KiB: the enqueued event carries the message's size, not the message, so its
+    # row does not know its workflow; the tree finds it by its message id.
+    flow = chain(size.s("x" * 9000), add.s(1)).enqueue()
+    with running_worker():
+        assert flow.result(timeout=20) == 9001
+    write_history()
+    big = TaskRecord.objects.get(task_id=f"{flow.id}.1")
+    assert big.workflow_id is None and "not kept" in str(big.args)
+    html = login("view_workflowrecord", "view_taskrecord").get(
+        TREE, {"id": flow.id}).content.decode()
+    assert f'href="/admin/blitzq_django/taskrecord/{big.pk}/change/"' in html
