@@ -260,6 +260,8 @@ def _shown(rows: QuerySet[TaskRecord]) -> QuerySet[TaskRecord]:
 class WorkflowRecordAdmin(admin.ModelAdmin):
     list_display = ("workflow_link", "kind", "state", "started_display", "duration_display",
                     "queue", "error_type")
+    # The id links to the workflow's tree page itself (workflow_link), not to a change form.
+    list_display_links = None
     list_filter = ("state", "kind", "queue", "created_at")
     search_fields = ("=workflow_id",)
     search_help_text = "Workflow id (exact)."

@@ -156,6 +156,10 @@ def test_history_signals_admin_and_cli(blitzq_redis: Client,
     listing = browser.get("/admin/blitzq_django/workflowrecord/",
                           {"state__exact": "failed"}).content.decode()
     assert bad in listing and good not in listing
+    assert listing.count(f"{TREE}?id={bad}") == 1 and "/change/" not in listing
+    row = WorkflowRecord.objects.get(workflow_id=bad)  # its change URL: the tree
+    assert browser.get(f"/admin/blitzq_django/workflowrecord/{row.pk}/change/")["Location"] \
+        == f"{TREE}?id={bad}"
     record = browser.get(f"/admin/blitzq_django/taskrecord/{steps[f'{good}.2'].pk}/change/")
     assert f'{TREE}?id={good}" id="blitzq-workflow-link"' in record.content.decode()
     # the dashboard links its count of failed workflows to them
