@@ -289,3 +289,25 @@ def test_a_step_whose_message_is_not_kept_is_still_linked(blitzq_redis: Client) 
     html = login("view_workflowrecord", "view_taskrecord").get(
         TREE, {"id": flow.id}).content.decode()
     assert f'href="/admin/blitzq_django/taskrecord/{big.pk}/change/"' in html
+
+
+def test_with_history_off_the_page_is_drawn_from_redis(settings: Any, redis_url: str,
+                                                       namespace: str) -> None:
+    conf.reset()
+    settings.BLITZQ = {"REDIS_URL": redis_url, "NAMESPACE": namespace, "QUEUES": ["default"],
+                       "HISTORY": "off"}
+    try:
+        assert history.writer_for(conf.get_settings(), ["default"]) is None
+        flow = chain(add.s(1, 2), add.s(3)).enqueue()
+        with running_worker():
+            assert flow.result(timeout=20) == 6
+        browser = login("view_workflowrecord", "view_taskrecord")
+        assert flow.id not in browser.get(
+            "/admin/blitzq_django/workflowrecord/").content.decode()  # no rows
+        html = browser.get(TREE, {"id": flow.id}).content.decode()
+        assert 'id="blitzq-workflow-state">succeeded' in html
+        assert [s for _, s in re.findall(r'data-path="([\w.]*)" data-state="(\w+)"', html)
+                ] == ["succeeded"] * 3
+        assert "blitzq-step-record" not in html  # no records to link to
+    finally:
+        conf.reset()
