@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import re
 
-from blitzq_django.admin import workflows
-from blitzq_django.admin.workflows import CHILDREN_SHOWN, Step, draw
+from blitzq_django.admin.workflow_tree import CHILDREN_SHOWN, Step, draw, from_rows
 from blitzq_django.models import TaskRecord
 
 
@@ -29,7 +28,7 @@ def test_a_tree_from_records_alone_keeps_every_place() -> None:
 
     rows = [row("6", "1", "dead_lettered"), row("3", "0.0.0"), row("4", "0.0.1"),
             row("5", "0.1"), row("e", "e")]
-    root, on_error = workflows._from_rows("chain", rows, lambda r: f"/r/{r.task_id}")
+    root, on_error = from_rows("chain", rows, lambda r: f"/r/{r.task_id}")
     html = draw(root)
     assert re.findall(r'data-path="([\w.]*)" data-state="(\w*)"', html) == [
         ("", "failed"), ("0", "succeeded"), ("0.0", "succeeded"), ("0.0.0", "succeeded"),
