@@ -38,7 +38,7 @@ _EXPORTS = {
     ], _ENGINE),
     **dict.fromkeys([
         "task_enqueued", "task_started", "task_succeeded", "task_failed", "task_retried",
-        "task_dead_lettered", "task_cancelled",
+        "task_dead_lettered", "task_cancelled", "workflow_started", "workflow_finished",
     ], _SIGNALS),
     **dict.fromkeys(["Blitzq", "BlitzqTestMixin"], _TESTING),
     **dict.fromkeys(["chain", "chord", "group", "WorkflowCancelled", "WorkflowFailed",
@@ -52,7 +52,7 @@ __all__ = [
     "WorkflowCancelled", "WorkflowFailed", "WorkflowHandle", "__version__", "blitzq_task",
     "chain", "chord", "current_task", "enqueue_on_commit", "get_client", "group",
     "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed",
-    "task_retried", "task_started", "task_succeeded",
+    "task_retried", "task_started", "task_succeeded", "workflow_finished", "workflow_started",
 ]
 
 if TYPE_CHECKING:
@@ -82,6 +82,8 @@ if TYPE_CHECKING:
         task_retried,
         task_started,
         task_succeeded,
+        workflow_finished,
+        workflow_started,
     )
     from .tasks.decorators import blitzq_task
     from .testing import Blitzq, BlitzqTestMixin

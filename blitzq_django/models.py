@@ -72,6 +72,12 @@ class TaskRecord(models.Model):
     # kept: a larger message, arguments that BLITZQ["REDACT"] masks (no secret is stored
     # in the clear), or a row written before this column.
     message = models.BinaryField(_("message"), null=True, blank=True, editable=False)
+    # The workflow the message is a step of (docs/workflows.md), from its "workflow"
+    # header: its id, the step's node number ("e": the on_error task) and its place in
+    # the tree (positions from the root, dotted: "1.0"). None: not a workflow step.
+    workflow_id = models.CharField(_("workflow"), max_length=200, null=True, blank=True)
+    workflow_node = models.CharField(_("workflow node"), max_length=20, blank=True)
+    workflow_path = models.CharField(_("place in the workflow"), max_length=255, blank=True)
 
     class Meta:
         verbose_name = _("task record")
@@ -85,6 +91,10 @@ class TaskRecord(models.Model):
             models.Index(fields=["task_name", "-created_at"], name="blitzq_task_created_idx"),
             models.Index(fields=["-created_at"], name="blitzq_created_idx"),
             models.Index(fields=["finished_at"], name="blitzq_finished_idx"),
+            # A workflow's steps (its tree page, the filter by workflow): only the rows
+            # of steps are indexed.
+            models.Index(fields=["workflow_id", "workflow_path"], name="blitzq_workflow_idx",
+                         condition=models.Q(workflow_id__isnull=False)),
         ]
         permissions = [
             ("retry_taskrecord", _("Can retry tasks (enqueue again with the same arguments)")),
@@ -97,6 +107,56 @@ class TaskRecord(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+
+class WorkflowState(models.TextChoices):
+    # The engine's workflow states (engine/core/workflow.py WORKFLOW_STATES).
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+class WorkflowRecord(models.Model):
+    """One workflow's history (a chain, group or chord: docs/workflows.md): one row per
+    workflow id, folded by the history writer from the workflow's own events
+    (``workflow_started`` and its end event, on the queue of its first step). Its steps
+    are TaskRecord rows with this ``workflow_id``."""
+
+    workflow_id = models.CharField(_("workflow id"), max_length=200, unique=True)
+    # The root's kind: chain, group, chord (or task: a workflow of one step).
+    kind = models.CharField(_("kind"), max_length=10)
+    state = models.CharField(_("state"), max_length=20, choices=WorkflowState.choices,
+                             default=WorkflowState.RUNNING)
+    # The queue of its first step, where its events are written.
+    queue = models.CharField(_("queue"), max_length=100)
+    created_at = models.DateTimeField(_("started"))
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    # workflow_failed: the type of the error of the step that failed it.
+    error_type = models.CharField(_("error type"), max_length=255, blank=True)
+    # The events stream entry id last applied (as TaskRecord.last_event).
+    last_event = models.CharField(_("last event"), max_length=64, blank=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("workflow")
+        verbose_name_plural = _("workflows")
+        ordering = ("-created_at",)
+        indexes = [
+            # The admin's filters (state, kind, date) and the prune command's scan.
+            models.Index(fields=["state", "-created_at"], name="blitzq_wf_state_idx"),
+            models.Index(fields=["kind", "-created_at"], name="blitzq_wf_kind_idx"),
+            models.Index(fields=["-created_at"], name="blitzq_wf_created_idx"),
+            models.Index(fields=["finished_at"], name="blitzq_wf_finished_idx"),
+        ]
+        permissions = [("cancel_workflowrecord", _("Can cancel running workflows"))]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.workflow_id} ({self.state})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state != WorkflowState.RUNNING
 
 
 class OutboxMessage(models.Model):

@@ -31,6 +31,22 @@ run by the BlitzQ backend). Every signal has the keyword arguments ``task_name``
   the task is not known).
 - ``task_cancelled`` (worker; ``interrupted``: it was running): ``cancel()`` reached it.
 
+Workflows (chains, groups, chords: docs/workflows.md) have two, sent with ``sender=None``
+and the keyword arguments ``workflow_id``, ``kind`` (the root's: chain, group, chord,
+task), ``queue`` (the queue of its first step, where its events go), ``state``,
+``started_at`` (an aware datetime):
+
+- ``workflow_started``: a workflow was enqueued;
+- ``workflow_finished`` (also ``finished_at``, ``duration`` in seconds, and
+  ``error_type``: the failed step's, or ""): it ended ``succeeded``, ``failed`` or
+  ``cancelled``, whoever ended it (the worker whose step completed it, or a cancel).
+
+They are sent by the task history's writer (``runworker``'s companion, or
+``runhistory``) once it has written the workflow's event to the database: once per
+workflow each (the events are written at least once; a repeat sends nothing), with
+``HISTORY`` on ("all"; with "failures", failed workflows only: both signals once the
+failure is read). A receiver that raises is logged and changes nothing.
+
 ``exception`` is the exception object the attempt raised (None when the failure was
 not an exception of the task: its result could not be stored, say).
 
@@ -65,6 +81,8 @@ task_failed = Signal()
 task_retried = Signal()
 task_dead_lettered = Signal()
 task_cancelled = Signal()
+workflow_started = Signal()
+workflow_finished = Signal()
 
 #: The signals sent by the worker.
 WORKER_SIGNALS = (task_started, task_succeeded, task_failed, task_retried,
@@ -215,6 +233,30 @@ _SIGNALS_OF: dict[str, tuple[Signal, ...]] = {
 }
 
 
+# -- workflows (sent by the history writer: history/writer.py) ----------------------------
+
+
+def send_workflow_started(*, workflow_id: str, kind: str, queue: str, state: str,
+                          started_at: dt.datetime | None) -> None:
+    if workflow_started.receivers:
+        _robust(workflow_started, None, {"workflow_id": workflow_id, "kind": kind,
+                                         "queue": queue, "state": state,
+                                         "started_at": started_at})
+
+
+def send_workflow_finished(*, workflow_id: str, kind: str, queue: str, state: str,
+                           started_at: dt.datetime | None, finished_at: dt.datetime | None,
+                           error_type: str) -> None:
+    if not workflow_finished.receivers:
+        return
+    took = ((finished_at - started_at).total_seconds()
+            if started_at is not None and finished_at is not None else None)
+    _robust(workflow_finished, None, {"workflow_id": workflow_id, "kind": kind,
+                                      "queue": queue, "state": state,
+                                      "started_at": started_at, "finished_at": finished_at,
+                                      "duration": took, "error_type": error_type})
+
+
 def has_receivers() -> bool:
     """Whether any worker signal has a receiver (of any sender) now."""
     return any(signal.receivers for signal in WORKER_SIGNALS)
@@ -238,4 +280,6 @@ __all__ = [
     "task_started",
     "task_succeeded",
     "worker_listeners",
+    "workflow_finished",
+    "workflow_started",
 ]

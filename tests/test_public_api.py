@@ -26,7 +26,7 @@ TOP_LEVEL = [
     "WorkflowCancelled", "WorkflowFailed", "WorkflowHandle", "__version__", "blitzq_task",
     "chain", "chord", "current_task", "enqueue_on_commit", "get_client", "group",
     "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed", "task_retried",
-    "task_started", "task_succeeded",
+    "task_started", "task_succeeded", "workflow_finished", "workflow_started",
 ]
 
 ENGINE = [

@@ -1,4 +1,5 @@
-"""The admin: task history, dead letters, the queue overview and periodic schedules.
+"""The admin: task history, workflows, dead letters, the queue overview and periodic
+schedules.
 
 History pages read ``TaskRecord`` rows; the dead-letter and queue pages read Redis
 through the engine (the ``DeadLetter`` and ``QueueOverview`` models have no table and
@@ -8,6 +9,6 @@ data is redacted (BLITZQ["REDACT"]) and escaped.
 
 from __future__ import annotations
 
-from . import dead_letters, history, queues, schedules
+from . import dead_letters, history, queues, schedules, workflows
 
-__all__ = ["dead_letters", "history", "queues", "schedules"]
+__all__ = ["dead_letters", "history", "queues", "schedules", "workflows"]

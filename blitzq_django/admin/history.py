@@ -31,7 +31,7 @@ from ..engine.core.redact import MASK
 from ..engine.core.registry import CANCELLED, FINISHED, REVOKED
 from ..engine.errors import BlitzqError
 from ..history import health, history_queues
-from ..models import TaskRecord
+from ..models import TaskRecord, WorkflowRecord
 from ..registry import registry
 from ..runtime import history_on
 from ..settings import get_settings
@@ -166,6 +166,24 @@ def to_the_second(when: dt.datetime | None) -> str:
     return timezone.localtime(when).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+class WorkflowStepFilter(admin.SimpleListFilter):
+    """Steps of workflows, or messages enqueued on their own."""
+
+    title = "workflow"
+    parameter_name = "in_workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "steps of workflows"), ("no", "not in a workflow")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[TaskRecord]
+                 ) -> QuerySet[TaskRecord]:
+        if self.value() == "yes":
+            return queryset.filter(workflow_id__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(workflow_id__isnull=True)
+        return queryset
+
+
 @admin.register(TaskRecord)
 class TaskRecordAdmin(admin.ModelAdmin):
     # State second, the id column narrow and the times wrapping (history.css): at 1280 px
@@ -173,9 +191,10 @@ class TaskRecordAdmin(admin.ModelAdmin):
     # without scrolling (everything with the side bar closed). Times to the second.
     list_display = ("task_id", "state", "task_name", "enqueued_display", "duration_display",
                     "attempt", "queue")
-    list_filter = ("state", "queue", "task_name", "created_at")
-    search_fields = ("=task_id", "=idempotency_key", "task_name")
-    search_help_text = "Task id or idempotency key (exact), or part of the task name."
+    list_filter = ("state", "queue", "task_name", "created_at", WorkflowStepFilter)
+    search_fields = ("=task_id", "=idempotency_key", "=workflow_id", "task_name")
+    search_help_text = ("Task id, idempotency key or workflow id (exact), or part of the "
+                        "task name.")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     show_full_result_count = False  # COUNT(*) on a big history table is slow
@@ -195,10 +214,30 @@ class TaskRecordAdmin(admin.ModelAdmin):
                        "worker", "args_display", "kwargs_display", "result_display",
                        "error_type", "error_message", "traceback_display", "timeline_display",
                        "enqueued_display", "started_display", "finished_display",
-                       "duration_display")
+                       "duration_display", "workflow_display", "workflow_node",
+                       "workflow_path")
 
     class Media:
         css = {"all": ("blitzq_django/history.css",)}
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or not obj.workflow_id:
+            return fieldsets
+        # A workflow's step: which workflow, its place in it, and the way to its tree.
+        return (fieldsets[0], ("Workflow", {"fields": ("workflow_display", "workflow_node",
+                                                        "workflow_path")}), *fieldsets[1:])
+
+    @admin.display(description="workflow")
+    def workflow_display(self, obj: TaskRecord) -> str:
+        if not obj.workflow_id:
+            return "-"
+        opts = WorkflowRecord._meta
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_tree",
+                      current_app=self.admin_site.name) + "?" + urlencode(
+                          {"id": obj.workflow_id})
+        return format_html('<a href="{}" id="blitzq-workflow-link">{}</a> (its tree of '
+                           "steps)", url, obj.workflow_id)
 
     # -- display ---------------------------------------------------------------------
     # Secrets (BLITZQ["REDACT"]) are masked before display: staff who may read the

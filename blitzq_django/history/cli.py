@@ -43,6 +43,8 @@ def add_commands(subparsers: Any) -> None:
     history.add_argument("--state", choices=STATES, help="only rows in this state")
     history.add_argument("--queue", "-Q", help="only this queue")
     history.add_argument("--id", help="only this task id")
+    history.add_argument("--workflow", metavar="ID",
+                         help="only the steps of this workflow (in their tree's order)")
     history.add_argument("--limit", type=int, default=20, help="rows shown (default 20)")
     history.add_argument("--json", action="store_true",
                          help="print one JSON document instead of text")
@@ -69,7 +71,15 @@ def shown(row: Any) -> dict[str, Any]:
             "kwargs": row.kwargs, "result": row.result, "error_type": row.error_type,
             "error_message": row.error_message, "worker": row.worker,
             "idempotency_key": row.idempotency_key, "enqueued": row.created_at,
-            "started": row.started_at, "finished": row.finished_at}
+            "started": row.started_at, "finished": row.finished_at,
+            "workflow_id": row.workflow_id, "workflow_node": row.workflow_node,
+            "workflow_path": row.workflow_path}
+
+
+def tree_order(row: Any) -> tuple[bool, list[int]]:
+    """A workflow step's place as numbers, on_error last."""
+    return (row.workflow_node == "e",
+            [int(p) if p.isdigit() else 0 for p in row.workflow_path.split(".") if p])
 
 
 def run_history(ops: Ops, args: argparse.Namespace) -> None:
@@ -87,16 +97,23 @@ def run_history(ops: Ops, args: argparse.Namespace) -> None:
         rows = rows.filter(queue=args.queue)
     if args.id:
         rows = rows.filter(task_id=args.id)
-    found = list(rows[:args.limit])
+    if args.workflow:
+        # Its steps in the tree's order ("0.10" after "0.9", on_error last): at most
+        # --limit of them, sorted here.
+        found = sorted(rows.filter(workflow_id=args.workflow)[:args.limit], key=tree_order)
+    else:
+        found = list(rows[:args.limit])
     if args.json:
         ops.console.document({"rows": [shown(r) for r in found]})
     else:
         for r in found:
             finished = r.finished_at.isoformat(timespec="seconds") if r.finished_at else "-"
             error = f" {r.error_type}: {r.error_message[:60]}" if r.error_type else ""
+            place = (f"  workflow {r.workflow_id} at {r.workflow_path or r.workflow_node}"
+                     if r.workflow_id else "")
             ops.console.line(f"{r.created_at.isoformat(timespec='seconds')}  {r.task_id}  "
                              f"{r.task_name}  {r.queue}  {r.state}  attempt {r.attempt}  "
-                             f"finished {finished}{error}")
+                             f"finished {finished}{error}{place}")
     if not found:
         raise Failure(EXIT_NOT_FOUND, "no history rows matched")
 
@@ -120,6 +137,19 @@ def prune_query(older_than_days: float, states: list[str] | None, now: dt.dateti
     return TaskRecord.objects.filter(where)
 
 
+def prune_workflows_query(older_than_days: float, states: list[str] | None,
+                          now: dt.datetime) -> Any:
+    """The WorkflowRecord rows prune-history deletes: workflows that ended before the
+    cutoff (in one of ``states`` when given: succeeded, failed, cancelled are theirs too);
+    a running one is kept, as a task that has not finished is."""
+    # lazy: app loading
+    from ..models import WorkflowRecord
+
+    rows = WorkflowRecord.objects.filter(
+        finished_at__lt=now - dt.timedelta(days=older_than_days))
+    return rows.filter(state__in=states) if states else rows
+
+
 def run_prune(ops: Ops, args: argparse.Namespace) -> None:
     # lazy: app loading
     from ..models import TaskRecord
@@ -139,10 +169,16 @@ def run_prune(ops: Ops, args: argparse.Namespace) -> None:
                 count, _ = TaskRecord.objects.filter(pk__in=ids).delete()
                 deleted += count
                 advance(count)
+    flows = prune_workflows_query(days, args.state, timezone.now())
+    workflows = flows.count()
+    if not args.dry_run and workflows:
+        workflows, _ = flows.delete()  # two events per workflow: few rows
     if args.json:
         ops.console.document({"older_than_days": days, "matched": total, "deleted": deleted,
-                              "dry_run": bool(args.dry_run)})
+                              "workflows": workflows, "dry_run": bool(args.dry_run)})
     elif args.dry_run:
-        ops.console.line(f"{total} history rows older than {days:g} days would be deleted")
+        ops.console.line(f"{total} history rows and {workflows} workflows older than "
+                         f"{days:g} days would be deleted")
     else:
-        ops.console.line(f"deleted {deleted} history rows older than {days:g} days")
+        ops.console.line(f"deleted {deleted} history rows and {workflows} workflows older "
+                         f"than {days:g} days")

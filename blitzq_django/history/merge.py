@@ -19,6 +19,9 @@ from typing import Any
 
 from ..engine.core import events as ev
 from ..engine.core.message import unpack
+from ..engine.core.workflow import FINAL as WORKFLOW_FINAL
+from ..engine.core.workflow import RUNNING as WORKFLOW_RUNNING
+from ..engine.core.workflow import WORKFLOW_HEADER
 
 #: Timeline entries kept per row (the newest): a message retried thousands of times
 #: must not grow its row without bound.
@@ -39,7 +42,9 @@ ENQUEUE_KINDS = frozenset({ev.ENQUEUED, ev.SCHEDULED, ev.REPLAYED})
 # not stop the writer).
 MAX_TASK_ID = 200  # the engine's longest task id too (core/validate.py)
 _CUT = {"task_name": 255, "queue": 100, "worker": 255, "error_type": 255,
-        "idempotency_key": 512}
+        "idempotency_key": 512, "workflow_node": 20, "workflow_path": 255, "kind": 10}
+#: The message's headers (core/message.py's positions), and the workflow's among them.
+_HEADERS = 11
 
 
 def cursor_key(cursor: str) -> tuple[int, int]:
@@ -118,6 +123,10 @@ class Row:
     wants_result: int | None = None
     #: the encoded message, kept for Retry (None: not kept; see TaskRecord.message)
     message: bytes | None = None
+    #: the workflow of a step (its "workflow" header): id, node, path; None: no workflow
+    workflow_id: str | None = None
+    workflow_node: str = ""
+    workflow_path: str = ""
 
 
 Redactor = Callable[[str, Any, Any], tuple[Any, Any]]
@@ -143,8 +152,11 @@ def _message_fields(row: Row, payload: Any, redact: Redactor) -> None:
         fields = unpack(bytes(payload))
         task, args, kwargs, created_ms = fields[2], fields[4], fields[5], fields[7]
         key = fields[10] if len(fields) > 10 else None
+        headers = fields[_HEADERS] if len(fields) > _HEADERS else None
     except Exception:  # noqa: BLE001 - a malformed message: keep what the events say
         return
+    if isinstance(headers, dict):
+        _workflow_fields(row, headers.get(WORKFLOW_HEADER))
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         return
     shown_args, shown_kwargs = redact(task if isinstance(task, str) else "", args, kwargs)
@@ -157,6 +169,19 @@ def _message_fields(row: Row, payload: Any, redact: Redactor) -> None:
     if isinstance(created_ms, int) and (row.created_ms is None
                                         or row.created_ms > created_ms):
         row.created_ms = created_ms
+
+
+def _workflow_fields(row: Row, header: Any) -> None:
+    """The workflow of a step, from its header [workflow id, node, path]; anything else
+    (not a step, or a header of another shape) leaves the row as it is."""
+    if not (isinstance(header, list | tuple) and len(header) >= 3):
+        return
+    workflow_id, node, path = header[0], header[1], header[2]
+    if not isinstance(workflow_id, str) or not workflow_id or len(workflow_id) > MAX_TASK_ID:
+        return
+    row.workflow_id = clean_text(workflow_id)
+    row.workflow_node = clean_text(node, _CUT["workflow_node"])
+    row.workflow_path = clean_text(path, _CUT["workflow_path"])
 
 
 def apply(row: Row, event: ev.Event, redact: Redactor = _no_redaction) -> bool:
@@ -227,6 +252,8 @@ def fold(rows: dict[str, Row], batch: Iterable[ev.Event], *, failures_only: bool
     """
     by_id: dict[str, list[ev.Event]] = {}
     for event in batch:
+        if event.kind in ev.WORKFLOW_KINDS:  # a workflow's, not a message's: fold_workflows
+            continue
         by_id.setdefault(event.id, []).append(event)
     changed: dict[str, Row] = {}
     skipped = 0
@@ -245,3 +272,73 @@ def fold(rows: dict[str, Row], batch: Iterable[ev.Event], *, failures_only: bool
         if touched:
             rows[task_id] = changed[task_id] = row
     return changed, skipped
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+#: A workflow's state after each of its events.
+WORKFLOW_STATE_OF = {ev.WORKFLOW_STARTED: WORKFLOW_RUNNING,
+                     **{kind: state for state, kind in ev.WORKFLOW_END.items()}}
+
+
+@dataclass
+class WorkflowRow:
+    """The fields of one WorkflowRecord as the writer builds them."""
+
+    workflow_id: str
+    queue: str
+    kind: str = ""
+    state: str = WORKFLOW_RUNNING
+    created_ms: int | None = None
+    finished_ms: int | None = None
+    error_type: str = ""
+    last_event: str = ""
+
+
+def apply_workflow(row: WorkflowRow, event: ev.Event) -> bool:
+    """Fold one workflow event into ``row``; False when it changes nothing.
+
+    Each event is written at least once and its end may be read before its start (the
+    start event is written after the first steps are enqueued, and they may finish
+    first): a final state is never taken back, and a repeated end keeps the first."""
+    if row.last_event and cursor_key(event.cursor) <= cursor_key(row.last_event):
+        return False
+    row.last_event = event.cursor
+    if event.task:
+        row.kind = clean_text(event.task, _CUT["kind"])
+    state = WORKFLOW_STATE_OF.get(event.kind)
+    if event.kind == ev.WORKFLOW_STARTED:
+        if row.created_ms is None or event.time_ms < row.created_ms:
+            row.created_ms = event.time_ms
+        return True
+    if state is None or row.state in WORKFLOW_FINAL:
+        return True
+    row.state = state
+    row.finished_ms = event.time_ms
+    if event.duration_ms is not None:
+        row.created_ms = event.time_ms - event.duration_ms
+    elif row.created_ms is None:
+        row.created_ms = event.time_ms
+    if event.error_type:
+        row.error_type = clean_text(event.error_type, _CUT["error_type"])
+    return True
+
+
+def fold_workflows(rows: dict[str, WorkflowRow], batch: Iterable[ev.Event], *,
+                   failures_only: bool = False) -> dict[str, WorkflowRow]:
+    """Fold a batch's workflow events (the others are left out) into ``rows`` (workflow
+    id -> WorkflowRow, those stored). Returns the rows that changed.
+
+    ``failures_only``: a workflow without a stored row gets one only when it failed."""
+    changed: dict[str, WorkflowRow] = {}
+    for event in batch:
+        if event.kind not in ev.WORKFLOW_KINDS or len(event.id) > MAX_TASK_ID:
+            continue
+        row = rows.get(event.id)
+        if row is None:
+            if failures_only and event.kind != ev.WORKFLOW_FAILED:
+                continue
+            row = WorkflowRow(workflow_id=clean_text(event.id), queue=event.queue)
+        if apply_workflow(row, event):
+            rows[event.id] = changed[event.id] = row
+    return changed

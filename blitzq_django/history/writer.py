@@ -9,6 +9,11 @@ unacknowledged events when it starts again (they are pending for the group's one
 consumer name, ``CONSUMER``); rows remember the last event applied, so the re-read
 batch changes nothing already written. No transition is lost, none applied twice.
 
+Workflows' own events (``events.WORKFLOW_KINDS``) fold into WorkflowRecord rows, keyed by
+workflow id, in the same transaction (``merge.fold_workflows``); after the ack, the
+workflow_started and workflow_finished signals are sent for the rows that started or
+ended in the batch (signals.py).
+
 One writer per queue at a time: the broker's lease (``broker.lease(queue, "history",
 ...)``; on Redis ``bq:{ns:queue}:hl``, a token with a TTL, renewed every round and
 checked again just before each commit) elects it; other
@@ -38,7 +43,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +59,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from .. import redaction
+from .. import redaction, signals
 from ..engine import Client
 from ..engine.core import events as ev
 from ..engine.core.record import Record
@@ -74,7 +79,8 @@ IDLE_BLOCK_MS = 1000  # a round that found nothing waits this long (split over q
 
 FIELDS = ("idempotency_key", "task_name", "queue", "state", "attempt", "args", "kwargs",
           "result", "error_type", "error_message", "traceback", "created_at", "started_at",
-          "finished_at", "worker", "timeline", "last_event", "updated_at", "message")
+          "finished_at", "worker", "timeline", "last_event", "updated_at", "message",
+          "workflow_id", "workflow_node", "workflow_path")
 
 
 class LeaseLost(Exception):
@@ -119,7 +125,7 @@ def _refused(exc: BaseException) -> bool:
 _STORED = ("task_id", "queue", "task_name", "state", "attempt", "args", "kwargs",
            "idempotency_key", "result", "error_type", "error_message", "traceback",
            "created_at", "started_at", "finished_at", "worker", "timeline", "last_event",
-           "message")
+           "message", "workflow_id", "workflow_node", "workflow_path")
 
 
 def _row(stored: dict[str, Any]) -> Row:
@@ -135,7 +141,9 @@ def _row(stored: dict[str, Any]) -> Row:
                started_ms=ms(stored["started_at"]), finished_ms=ms(stored["finished_at"]),
                worker=stored["worker"], timeline=list(stored["timeline"] or []),
                last_event=stored["last_event"],
-               message=None if stored["message"] is None else bytes(stored["message"]))
+               message=None if stored["message"] is None else bytes(stored["message"]),
+               workflow_id=stored["workflow_id"], workflow_node=stored["workflow_node"],
+               workflow_path=stored["workflow_path"])
 
 
 def _model(row: Row) -> Any:
@@ -150,7 +158,9 @@ def _model(row: Row) -> Any:
                       created_at=merge.aware(row.created_ms),
                       started_at=merge.aware(row.started_ms),
                       finished_at=merge.aware(row.finished_ms), worker=row.worker,
-                      timeline=row.timeline, last_event=row.last_event, message=row.message)
+                      timeline=row.timeline, last_event=row.last_event, message=row.message,
+                      workflow_id=row.workflow_id, workflow_node=row.workflow_node,
+                      workflow_path=row.workflow_path)
 
 
 def upsert(rows: Sequence[Row]) -> None:
@@ -200,7 +210,8 @@ def _pg_upsert(connection: Any, rows: Sequence[Row]) -> None:
                                 None if r.result is None else dumps(r.result), r.error_type,
                                 r.error_message, r.traceback, aware(r.created_ms),
                                 aware(r.started_ms), aware(r.finished_ms), r.worker,
-                                dumps(r.timeline), r.last_event, now, r.message))
+                                dumps(r.timeline), r.last_event, now, r.message,
+                                r.workflow_id, r.workflow_node, r.workflow_path))
         cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {_BATCH_TABLE} "
                        f"ON CONFLICT (task_id) DO UPDATE SET {updates}")
         cursor.execute(f"TRUNCATE {_BATCH_TABLE}")
@@ -253,7 +264,76 @@ def _sqlite_upsert(connection: Any, rows: Sequence[Row]) -> None:
               dumps(r.args), dumps(r.kwargs), None if r.result is None else dumps(r.result),
               r.error_type, r.error_message, r.traceback, at(r.created_ms),
               at(r.started_ms), at(r.finished_ms), r.worker, dumps(r.timeline),
-              r.last_event, now, r.message) for r in rows])
+              r.last_event, now, r.message, r.workflow_id, r.workflow_node,
+              r.workflow_path) for r in rows])
+
+
+#: The columns of a WorkflowRecord the writer writes (its workflow id aside).
+WORKFLOW_FIELDS = ("kind", "state", "queue", "created_at", "finished_at", "error_type",
+                   "last_event", "updated_at")
+
+
+def stored_workflows(ids: Sequence[str]) -> dict[str, merge.WorkflowRow]:
+    """The stored WorkflowRecord rows of ``ids``, as values."""
+    # lazy: app loading
+    from ..models import WorkflowRecord
+
+    def ms(value: Any) -> int | None:
+        return int(value.timestamp() * 1000) if value is not None else None
+
+    return {r["workflow_id"]: merge.WorkflowRow(
+        workflow_id=r["workflow_id"], queue=r["queue"], kind=r["kind"], state=r["state"],
+        created_ms=ms(r["created_at"]), finished_ms=ms(r["finished_at"]),
+        error_type=r["error_type"], last_event=r["last_event"])
+        for r in WorkflowRecord.objects.filter(workflow_id__in=ids).values(
+            "workflow_id", *WORKFLOW_FIELDS)}
+
+
+def upsert_workflows(rows: Iterable[merge.WorkflowRow]) -> None:
+    """Insert or update WorkflowRecord rows by workflow id (a few per batch at most: two
+    events per workflow, against one per step and attempt, so the ORM's statement)."""
+    # lazy: app loading
+    from ..models import WorkflowRecord
+
+    models = [WorkflowRecord(workflow_id=r.workflow_id, kind=r.kind, state=r.state,
+                             queue=r.queue, created_at=merge.aware(r.created_ms),
+                             finished_at=merge.aware(r.finished_ms),
+                             error_type=r.error_type, last_event=r.last_event)
+              for r in rows]
+    if models:
+        WorkflowRecord.objects.bulk_create(models, update_conflicts=True,
+                                           unique_fields=["workflow_id"],
+                                           update_fields=list(WORKFLOW_FIELDS))
+
+
+def workflow_changes(before: dict[str, str], moved: dict[str, merge.WorkflowRow]
+                     ) -> list[tuple[str, merge.WorkflowRow]]:
+    """What a batch did to workflows: ("started", row) for each new row, ("finished", row)
+    for each row that became final (a start read after its end sends both, in order)."""
+    out: list[tuple[str, merge.WorkflowRow]] = []
+    for workflow_id, row in moved.items():
+        was = before.get(workflow_id)
+        if was is None:
+            out.append(("started", row))
+        if row.state != merge.WORKFLOW_RUNNING and was in (None, merge.WORKFLOW_RUNNING):
+            out.append(("finished", row))
+    return out
+
+
+def send_workflow_signals(changes: Sequence[tuple[str, merge.WorkflowRow]]) -> None:
+    """workflow_started and workflow_finished (signals.py), after the batch committed."""
+    for what, row in changes:
+        started = merge.aware(row.created_ms)
+        if what == "started":
+            signals.send_workflow_started(workflow_id=row.workflow_id, kind=row.kind,
+                                          queue=row.queue, state=row.state,
+                                          started_at=started)
+        else:
+            signals.send_workflow_finished(workflow_id=row.workflow_id, kind=row.kind,
+                                           queue=row.queue, state=row.state,
+                                           started_at=started,
+                                           finished_at=merge.aware(row.finished_ms),
+                                           error_type=row.error_type)
 
 
 def read_records(client: Client, queue: str, ids: Sequence[str]) -> list[Record | None]:
@@ -413,7 +493,9 @@ class HistoryWriter:
         for e in events:
             first.setdefault(e.id, e)
         ids = [i for i, e in first.items() if len(i) <= merge.MAX_TASK_ID and not (
-            e.kind == ev.ENQUEUED or (e.kind == ev.SCHEDULED and e.attempt is None))]
+            e.kind == ev.ENQUEUED or (e.kind == ev.SCHEDULED and e.attempt is None)
+            or e.kind in ev.WORKFLOW_KINDS)]
+        workflow_ids = list({e.id for e in events if e.kind in ev.WORKFLOW_KINDS})
         try:
             with transaction.atomic():
                 stored = ({r["task_id"]: _row(r) for r in
@@ -427,6 +509,14 @@ class HistoryWriter:
                 self._claim_keys(rows)
                 if rows:
                     upsert(rows)
+                changes: list[tuple[str, merge.WorkflowRow]] = []
+                if workflow_ids:
+                    flows = stored_workflows(workflow_ids)
+                    before = {i: row.state for i, row in flows.items()}
+                    moved = merge.fold_workflows(flows, events,
+                                                 failures_only=self.mode == "failures")
+                    upsert_workflows(moved.values())
+                    changes = workflow_changes(before, moved)
                 if not self.leases[queue].hold():  # fenced: a writer that lost the lease
                     raise LeaseLost(queue)         # must not commit over its successor
         except Exception as exc:
@@ -434,6 +524,7 @@ class HistoryWriter:
                 raise Refused(exc) from exc
             raise
         self.client.ack_events(queue, GROUP, [e.cursor for e in events])
+        send_workflow_signals(changes)
         if skipped:
             log.warning("history: %d events of task ids over %d characters not written",
                         skipped, merge.MAX_TASK_ID)

@@ -14,7 +14,7 @@ from django.test import Client as DjangoClient
 from django.utils import timezone
 
 from blitzq_django import conf
-from blitzq_django.models import PeriodicSchedule, TaskRecord
+from blitzq_django.models import PeriodicSchedule, TaskRecord, WorkflowRecord
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -103,3 +103,22 @@ def test_metrics_answer_503_saying_so(redis_down: str) -> None:
         response = DjangoClient().get(url, HTTP_AUTHORIZATION="Bearer t0ken")
         assert response.status_code == 503, url
         assert b"Redis could not be read" in response.content
+
+
+def test_a_workflow_page_says_so_and_draws_from_the_history(web: DjangoClient) -> None:
+    now = timezone.now()
+    WorkflowRecord.objects.create(workflow_id="wf-9", kind="chain", state="running",
+                                  queue="default", created_at=now)
+    TaskRecord.objects.create(task_id="wf-9.1", task_name="shop.price", queue="default",
+                              state="succeeded", created_at=now, result=500,
+                              workflow_id="wf-9", workflow_node="1", workflow_path="0")
+    html = page(web, f"{ADMIN}workflowrecord/tree/?id=wf-9")
+    assert "Redis could not be read" in html and 'data-id="wf-9.1"' in html
+    assert "Redis no longer holds" not in html  # it may: it could not be asked
+    assert "blitzq-workflow-cancel" in html  # running as far as the history knows
+    unknown = web.get(f"{ADMIN}workflowrecord/tree/?id=wf-nothing")
+    assert unknown.status_code == 404
+    assert "Redis could not be read" in unknown.content.decode()
+    assert "Nothing is known" not in unknown.content.decode()
+    cancelled = web.post(f"{ADMIN}workflowrecord/cancel/", {"id": "wf-9"}, follow=True)
+    assert "Workflow wf-9: not cancelled: BrokerUnavailable" in cancelled.content.decode()

@@ -1,5 +1,5 @@
 """The ops command line: stats, workers, schedules, inspect, cancel, purge, dead letters,
-events.
+events, workflow.
 
 One implementation for both ways in: ``python -m blitzq_django.engine <command> APP ...``
 (engine/cli/main.py) and ``manage.py blitzq <command> ...`` (the Django command). Each builds
@@ -29,12 +29,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..client import Client
 from ..client.dead_letters import BATCH, DeadLetters
+from ..client.workflows import check_id as check_workflow_id
 from ..core.deadletter import DeadLetter
 from ..core.ids import now_ms
 from ..core.names import check_name
 from ..core.redact import DEFAULT_REDACT
 from ..core.registry import CANCELLED, REVOKED, unserved, workers_per_queue
 from ..core.validate import RULES, task_id_ok
+from ..core.workflow import WorkflowInfo, WorkflowNode
 from ..errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
 from .args import number
 
@@ -263,6 +265,18 @@ def add_commands(subparsers: Any,
     events.add_argument("--count", type=number("event_count"), default=100, metavar="N",
                         help="most events per read (default 100)")
 
+    flow = subparsers.add_parser("workflow", help="inspect or cancel a workflow (a chain, "
+                                 "group or chord)", description="One workflow, by its id.")
+    flow_actions = flow.add_subparsers(dest="action", required=True, metavar="ACTION")
+    flow_inspect = command(flow_actions, "inspect", run_workflow_inspect,
+                           "its state and the tree of its steps, each with its state, times, "
+                           "result or error")
+    flow_inspect.add_argument("id", metavar="ID")
+    flow_cancel = command(flow_actions, "cancel", run_workflow_cancel,
+                          "cancel a running workflow: its later steps are never enqueued, "
+                          "and its steps enqueued and not finished are cancelled")
+    flow_cancel.add_argument("id", metavar="ID")
+
     dead = subparsers.add_parser("dead-letters", help="list, summarise, replay or purge "
                                  "dead letters", description="Dead letters of one queue.")
     actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -413,6 +427,84 @@ def run_cancel(ops: Ops, args: argparse.Namespace) -> None:
         if outcome == "revoked" and cancellation.state is None:
             text += " (no record of it: revoked in case it is queued)"
         ops.console.line(text)
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+def run_workflow_inspect(ops: Ops, args: argparse.Namespace) -> None:
+    info = ops.client.workflows.inspect(check_workflow_id(args.id))  # bad: exit 2
+    if args.json:
+        ops.console.document(workflow_document(info) if info is not None else None)
+    if info is None:
+        raise Failure(EXIT_NOT_FOUND, f"nothing is known of workflow {args.id!r} (never "
+                                      "enqueued, or expired)")
+    if not args.json:
+        workflow_lines(ops.console, info)
+
+
+def workflow_document(info: WorkflowInfo) -> dict[str, Any]:
+    """A workflow as JSON: every field of WorkflowInfo, the tree nested under ``root``."""
+    return dataclasses.asdict(info)
+
+
+def workflow_lines(console: Console, info: WorkflowInfo) -> None:
+    """The workflow's summary, then its tree: one line per node, indented by depth."""
+    took = f"  took {span(info.finished_ms - info.created_ms)}" if info.finished_ms else ""
+    console.line(f"workflow {info.id}  {info.root.kind}  {info.state}  "
+                 f"{info.done}/{info.total} steps done  started {clock(info.created_ms)}"
+                 f"{took}  queue {info.home}")
+    if info.failure:
+        failure = info.failure
+        console.line(f"failed by step {failure.get('id')} ({failure.get('task')}, "
+                     f"{failure.get('state')}): {failure.get('error_type') or '-'}: "
+                     f"{one_line(str(failure.get('error_message') or ''), 120)}")
+    rows: list[list[Any]] = []
+    for depth, node in tree_walk(info.root):
+        rows.append(node_row(node, depth))
+    if info.on_error is not None:
+        rows.append(node_row(info.on_error, 0, "on_error "))
+    table(console, ["STEP", "STATE", "PATH", "ID", "QUEUE", "ATTEMPT", "TOOK", "OUTCOME"],
+          rows)
+
+
+def tree_walk(node: WorkflowNode, depth: int = 0) -> Iterator[tuple[int, WorkflowNode]]:
+    yield depth, node
+    for child in node.children:
+        yield from tree_walk(child, depth + 1)
+
+
+def node_row(node: WorkflowNode, depth: int, prefix: str = "") -> list[Any]:
+    name = f"{prefix}{node.task}" if node.kind == "task" else f"{prefix}{node.kind}"
+    took = (span(node.finished_ms - node.started_ms)
+            if node.started_ms is not None and node.finished_ms is not None else "-")
+    if node.error_type or node.error_message:
+        outcome = one_line(f"{node.error_type or 'error'}: {node.error_message or ''}", 60)
+    elif node.kind == "task" and node.state == "succeeded":
+        outcome = one_line(repr(node.result), 60)
+    else:
+        outcome = "-"
+    return ["  " * depth + name, node.state, node.path or "-", node.message_id or "-",
+            node.queue or "-", node.attempt if node.attempt is not None else "-", took,
+            outcome]
+
+
+def run_workflow_cancel(ops: Ops, args: argparse.Namespace) -> None:
+    checked = check_workflow_id(args.id)
+    before = ops.client.workflows.cancel(checked)
+    if args.json:
+        ops.console.document({"id": checked, "before": before or None,
+                              "cancelled": before == "running"})
+    if before == "":
+        raise Failure(EXIT_NOT_FOUND, f"nothing is known of workflow {checked!r} (never "
+                                      "enqueued, or expired)")
+    if before != "running":
+        # Exit 1, "nothing done", as for a message that finished.
+        raise Failure(EXIT_NOT_FOUND, f"workflow {checked!r} already finished ({before}): "
+                                      "nothing to cancel")
+    if not args.json:
+        ops.console.line(f"cancelled workflow {checked}: its later steps will not be "
+                         "enqueued, and its steps enqueued and not finished are cancelled")
 
 
 # -- purge -------------------------------------------------------------------------------
@@ -735,6 +827,11 @@ def age(ms: int | None) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
+
+
+def span(ms: int) -> str:
+    """A duration: in ms under a second (a step often takes a few), else as ``age``."""
+    return f"{max(0, ms)}ms" if ms < 1000 else age(ms)
 
 
 def clock(ms: int) -> str:

@@ -96,6 +96,9 @@
     text($("bq-retried"), fmt(t.retried));
     text($("bq-failed"), fmt(t.failed));
     text($("bq-dead-lettered"), fmt(t.dead_lettered));
+    var w = state.read ? (msg.workflows || {}) : {};
+    text($("bq-workflows-running"), fmt(w.running));
+    text($("bq-workflows-failed"), fmt(w.failed));
     var lat = msg.latency || {};
     text($("bq-p50"), ms(lat.p50));
     text($("bq-p99"), ms(lat.p99));

@@ -47,6 +47,8 @@ from ...engine.core.events import (
     RETRIED,
     STARTED,
     SUCCEEDED,
+    WORKFLOW_END,
+    WORKFLOW_STARTED,
     Event,
 )
 from ...engine.core.ids import now_ms
@@ -68,6 +70,9 @@ FAILURE_KINDS = frozenset({FAILED, RETRIED, DEAD_LETTERED})
 #: The totals: one per event kind counted, named as the kind.
 TOTALS = (ENQUEUED, STARTED, SUCCEEDED, RETRIED, FAILED, DEAD_LETTERED)
 RUNNING_SHOWN = 50  # attempts listed as running now, at most (the oldest first)
+WORKFLOWS_KEPT = 100_000  # workflow ids remembered (running, and ended), at most each
+#: A workflow's end event kind -> its final state (the counts' names).
+WORKFLOW_STATE_OF_END = {kind: state for state, kind in WORKFLOW_END.items()}
 
 
 def _percentile(ordered: list[int], fraction: float) -> int | None:
@@ -109,6 +114,13 @@ class Tally:
         self._latency: dict[str, Any] = {"p50": None, "p99": None, "samples": 0}
         self._latency_dirty = False
         self._last_queues: dict[str, Any] = {}
+        # Workflows (their own events, keyed by workflow id: each is written at least
+        # once, and an end can be read before its start): those started and not ended,
+        # and those ended (so that a start read after its end, or an end read twice,
+        # counts nothing), each bounded, the oldest forgotten.
+        self._workflows_running: OrderedDict[str, int] = OrderedDict()
+        self._workflows_ended: OrderedDict[str, str] = OrderedDict()
+        self.workflow_ends = dict.fromkeys(WORKFLOW_END, 0)
 
     # -- feeding ---------------------------------------------------------------
 
@@ -146,7 +158,28 @@ class Tally:
                            "attempt": event.attempt}
                 self.failures.append(failure)
                 self._new_failures.append(failure)
+            elif kind == WORKFLOW_STARTED:
+                if event.id not in self._workflows_ended:
+                    self._remember(self._workflows_running, event.id, event.time_ms)
+            elif kind in WORKFLOW_STATE_OF_END:
+                self._workflows_running.pop(event.id, None)
+                if event.id not in self._workflows_ended:
+                    state = WORKFLOW_STATE_OF_END[kind]
+                    self._remember(self._workflows_ended, event.id, state)
+                    self.workflow_ends[state] += 1
         return fed
+
+    @staticmethod
+    def _remember(ids: OrderedDict[str, Any], key: str, value: Any) -> None:
+        ids[key] = value
+        if len(ids) > WORKFLOWS_KEPT:
+            ids.popitem(last=False)
+
+    def workflows(self) -> dict[str, int]:
+        """Workflows among the events read (since the page's first look, which reads
+        the last 15 minutes): running (started, no end read yet), and how many ended
+        succeeded, failed or cancelled."""
+        return {"running": len(self._workflows_running), **self.workflow_ends}
 
     def _series(self, second: int) -> list[int]:
         self._touched.add(second)
@@ -236,7 +269,8 @@ class Tally:
                 "latency": self.latency(now), "workers": self.workers,
                 "running": self.running, "running_total": self.running_total,
                 "failures": list(self.failures), "totals": dict(self.totals),
-                "skipped": self.skipped, "error": self.error, "stats_ms": self.stats_ms}
+                "workflows": self.workflows(), "skipped": self.skipped, "error": self.error,
+                "stats_ms": self.stats_ms}
 
     def delta(self, now: int | None = None) -> dict[str, Any]:
         """What changed since the last delta: the seconds of the chart touched (their
@@ -245,6 +279,7 @@ class Tally:
         now = now_ms() if now is None else now
         self.trim(now)
         out: dict[str, Any] = {"t": "delta", "now": now, "totals": dict(self.totals),
+                               "workflows": self.workflows(),
                                "latency": self.latency(now), "skipped": self.skipped,
                                "error": self.error, "stats_ms": self.stats_ms}
         if self._touched:

@@ -40,6 +40,8 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         if user.has_perm(f"{app}.view_taskrecord") else "",
         "dead_letters_url": reverse(f"admin:{app}_deadletter_changelist", current_app=site)
         if user.has_perm(f"{app}.view_deadletter") else "",
+        "workflows_url": reverse(f"admin:{app}_workflowrecord_changelist", current_app=site)
+        if user.has_perm(f"{app}.view_workflowrecord") else "",
     }
     return TemplateResponse(request, "admin/blitzq_django/queueoverview/dashboard.html",
                             context)
