@@ -70,6 +70,7 @@ page = browser.get("/admin/blitzq_django/queueoverview/dashboard/", secure=True)
 assert page.status_code == 200, page.status_code
 assert b"blitzq_django/dashboard.js" in page.content
 print("dashboard page ok")
+print("session", browser.cookies["sessionid"].value)
 '''
 
 
@@ -229,7 +230,9 @@ def site_checks(site: Path, work: Path, env: dict[str, str]) -> None:
     missing = [name for name in STATIC_FILES if not (work / "static" / name).is_file()]
     if missing:
         raise Failed(f"collectstatic did not copy {missing}")
-    run([*manage, "shell", "-c", DASHBOARD], cwd=site, env=env, expect="dashboard page ok")
+    shown = run([*manage, "shell", "-c", DASHBOARD], cwd=site, env=env,
+                expect="dashboard page ok")
+    session = shown.split("session ")[-1].strip()
 
     app_port, static_port = free_port(), free_port()
     proxy = {"X-Forwarded-Proto": "https"}
@@ -252,6 +255,22 @@ def site_checks(site: Path, work: Path, env: dict[str, str]) -> None:
             if status != 200:
                 raise Failed(f"STATIC_ROOT: GET /static/{name} answered {status}")
         say(f"ok  STATIC_ROOT serves {', '.join(STATIC_FILES)}: 200")
+        answer = websocket_handshake(app_port, "/ws/blitzq/dashboard/", session)
+        if not answer.startswith("HTTP/1.1 101"):
+            raise Failed(f"the dashboard's socket refused a staff session: {answer!r}\n"
+                         f"{(work / 'daphne.log').read_text(errors='replace')[-3000:]}")
+        say(f"ok  the dashboard's WebSocket accepts a staff session: {answer}")
+
+
+def websocket_handshake(port: int, path: str, session: str) -> str:
+    """The status line daphne answers a WebSocket upgrade with (101: accepted)."""
+    request = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+               f"Origin: http://127.0.0.1:{port}\r\nCookie: sessionid={session}\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request.encode())
+        return conn.recv(4096).decode(errors="replace").split("\r\n")[0]
 
 
 def main(argv: list[str]) -> int:

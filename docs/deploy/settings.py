@@ -6,16 +6,18 @@ import os
 DEBUG = False
 SECRET_KEY = os.environ["DJANGO_SECRET_KEY"]
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost").split(",")
-CSRF_TRUSTED_ORIGINS = [f"https://{host}" for host in ALLOWED_HOSTS]
 
 # Behind nginx or a load balancer that ends TLS and says so in X-Forwarded-Proto.
+# DJANGO_INSECURE_HTTP=1 is for a local try without TLS only (check --deploy then warns).
+HTTPS = os.environ.get("DJANGO_INSECURE_HTTP") != "1"
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SECURE_SSL_REDIRECT = True
-SECURE_HSTS_SECONDS = 31536000
-SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-SECURE_HSTS_PRELOAD = True
-SESSION_COOKIE_SECURE = True
-CSRF_COOKIE_SECURE = True
+CSRF_TRUSTED_ORIGINS = [f"{'https' if HTTPS else 'http'}://{host}" for host in ALLOWED_HOSTS]
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_HSTS_SECONDS = 31536000 if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
 
 # `manage.py collectstatic` copies the admin's and the dashboard's files here; the web
 # server (nginx) serves them under STATIC_URL.
@@ -42,4 +44,8 @@ BLITZQ = {
     # Seconds a stopping worker lets running attempts finish: the process manager's
     # stop timeout must be longer (TimeoutStopSec, stopwaitsecs, terminationGracePeriodSeconds).
     "SHUTDOWN_TIMEOUT": 30,
+    # `def` tasks run on this many threads per worker process, each holding a database
+    # connection while it uses the ORM: PROCESSES x THREADS x hosts, plus the web
+    # servers, must fit max_connections (check --deploy, blitzq.W004).
+    "THREADS": 10,
 }
