@@ -3,7 +3,7 @@
 For liveness and readiness probes (docs/deployment.md): exit status 0 when healthy, 1
 when not, with what is wrong on stderr (and in the document with ``--json``). A worker
 is alive when its registry entry is there: each worker rewrites it every heartbeat and it
-expires on its own (3 heartbeats, at least 30 s), so a killed or stuck worker drops out;
+expires on its own (3 heartbeats, at least 5 s), so a killed or stuck worker drops out;
 ``--max-age`` asks for a fresher beat than that.
 """
 
