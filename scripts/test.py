@@ -35,8 +35,12 @@ the end lists them all:
    ``--no-django6``).
 6. The Sentinel and Cluster cases left out of step 3: ``pytest -m topology
    tests/engine``, on the same cluster and Sentinel set (``--no-topology`` skips it).
+7. The wheel check (``scripts/wheel_check.py``): ``python -m build``, the wheel installed
+   into a fresh virtualenv (not editable), a fresh ``django-admin startproject`` site on
+   it: ``migrate``, ``check --deploy``, a task run by ``runworker --burst``,
+   ``collectstatic``, the admin and the dashboard's files served (``--no-wheel`` skips it).
 
-Steps 4, 5 and 6 start first and run beside step 3: each waits on its own Redis,
+Steps 4, 5, 6 and 7 start first and run beside step 3: each waits on its own Redis,
 processes and database far more than it computes. When both run, step 3 leaves
 ``tests/django`` to them (``--ignore``): it is then run twice, on PostgreSQL with
 Django 5.2 and on SQLite with Django 6, instead of three times. When either is
@@ -270,6 +274,32 @@ class PytestBeside:
         if self.detail:
             step.detail = f"{self.detail}: {step.detail}"
         return step
+
+
+WHEEL_CHECK = "wheel: build, install, fresh site"
+
+
+class ScriptBeside(PytestBeside):
+    """A script of scripts/ run beside the pytest passes, printed whole by ``finish()``."""
+
+    def __init__(self, name: str, venv: Path, script: list[str], env: dict[str, str]) -> None:
+        self.name, self.detail = name, ""
+        self.cmd = [str(bin_path(venv, "python")), *script]
+        self.started = time.monotonic()
+        say(f"started: {name}")
+        self.output = tempfile.TemporaryFile(  # noqa: SIM115
+            mode="w+", encoding="utf-8", errors="replace")
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=env, stdout=self.output,
+                                     stderr=subprocess.STDOUT)
+
+
+def start_wheel_check(options: argparse.Namespace) -> ScriptBeside | Step:
+    """Step 6 (scripts/wheel_check.py): the wheel built, installed into a fresh virtualenv
+    (not editable) and a fresh startproject site run on it; started beside the pytest
+    passes, as it mostly waits on pip and subprocesses."""
+    if options.no_wheel:
+        return Step(WHEEL_CHECK, "SKIP", 0, "--no-wheel")
+    return ScriptBeside(WHEEL_CHECK, VENV, ["scripts/wheel_check.py"], venv_env(VENV))
 
 
 def django_args(extra: list[str], dirs: tuple[str, ...] = (DJANGO_TESTS,)) -> list[str] | None:
@@ -521,6 +551,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--no-topology", action="store_true",
                         help="skip the pass of the engine tests' Sentinel and Cluster cases "
                              "marked topology (the main pass still runs its own)")
+    parser.add_argument("--no-wheel", action="store_true",
+                        help="skip the wheel check (build, install into a fresh virtualenv, "
+                             "run a fresh site: scripts/wheel_check.py)")
     parser.add_argument("--no-lint", action="store_true",
                         help="skip ruff, lint-imports and mypy (quick local runs only)")
     options, unknown = parser.parse_known_args(argv)
@@ -555,10 +588,12 @@ def main(argv: list[str]) -> int:
         beside: list[PytestBeside | Step] = []  # steps 4 and 5, in this order
         topologies = Topologies()
         topology_pass: PytestBeside | Step | None = None
+        wheel: ScriptBeside | Step = Step(WHEEL_CHECK, "SKIP", 0, "not started")
         try:
             up = topologies.start()
             steps.append(up)
             sqlite_env.update(topologies.env)
+            wheel = start_wheel_check(options)
             # Started first, so that they run beside the main pass (see the docstring).
             beside.append(start_postgres_pass(python, dj_args, options, sqlite_env))
             beside.append(start_django6_pass(dj6_args, options))
@@ -569,6 +604,7 @@ def main(argv: list[str]) -> int:
             try:
                 ends = [*beside, *([topology_pass] if topology_pass else [])]
                 steps += [b.finish() if isinstance(b, PytestBeside) else b for b in ends]
+                steps.append(wheel.finish() if isinstance(wheel, ScriptBeside) else wheel)
             finally:
                 topologies.stop()
     except Abort as exc:

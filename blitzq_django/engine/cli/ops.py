@@ -1,5 +1,5 @@
-"""The ops command line: stats, workers, schedules, inspect, cancel, purge, dead letters,
-events, workflow.
+"""The ops command line: stats, workers, health, schedules, inspect, cancel, purge, dead
+letters, events, workflow.
 
 One implementation for both ways in: ``python -m blitzq_django.engine <command> APP ...``
 (engine/cli/main.py) and ``manage.py blitzq <command> ...`` (the Django command). Each builds
@@ -8,6 +8,8 @@ the same subparsers with ``add_commands()`` and runs the parsed command with ``p
 
 Exit codes (docs/cli.md): 0 done; 1 not found or nothing matched (or nothing done);
 2 usage or bad input; 3 Redis unavailable; 4 refused (queue busy, or not confirmed).
+``health`` (cli/health.py) has two: 0 healthy, 1 not (Redis unreachable included), as
+probes expect.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from ..core.registry import CANCELLED, REVOKED, unserved, workers_per_queue
 from ..core.validate import RULES, task_id_ok
 from ..core.workflow import WorkflowInfo, WorkflowNode
 from ..errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
+from . import health
 from .args import number
+from .failure import Failure
 
 if TYPE_CHECKING:
     from ..core.events import Event
@@ -55,14 +59,6 @@ FOLLOW_BLOCK_MS = 1000  # how long one read of `events --follow` waits for new e
 STREAM_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 
 Handler = Callable[["Ops", argparse.Namespace], None]
-
-
-class Failure(Exception):
-    """A command that did not do what was asked: its message and exit code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # -- where output goes -------------------------------------------------------------------
@@ -228,6 +224,10 @@ def add_commands(subparsers: Any,
                        help="queues to count (default: every known queue)")
 
     command(subparsers, "workers", run_workers, "the live workers, as of their last heartbeat")
+
+    health.add_arguments(command(
+        subparsers, "health", health.run_health,
+        "exit 0 when Redis answers and this host's workers beat, 1 when not (probes)"))
 
     command(subparsers, "schedules", run_schedules,
             "periodic schedules: last run, next run, last message and its outcome")

@@ -88,6 +88,8 @@ LIMITS: dict[str, Limit] = {
     # which would hang every producer while a replica is down)
     "replicas": Limit(True, 1, 100),
     "timeout_ms": Limit(True, 1, 60_000),
+    "heartbeat_age": Limit(False, 0, DAY, low_open=True),  # health --max-age, seconds
+    "min_workers": Limit(True, 1, 100_000),  # health --min-workers
 }
 
 

@@ -1,6 +1,6 @@
 """``manage.py blitzq <command>``: the ops command line on the project's client.
 
-stats, workers, schedules, inspect, cancel, purge, forget-queue, dead-letters, events,
+stats, workers, health, schedules, inspect, cancel, purge, forget-queue, dead-letters, events,
 workflow: the same commands, flags, output and exit codes as ``python -m
 blitzq_django.engine <command> APP`` (one implementation, engine/cli/ops.py; docs/cli.md),
 with ``get_client()`` as the client.
@@ -23,9 +23,10 @@ from ...settings import get_settings, redact_names
 
 
 class Command(BaseCommand):
-    help = ("Look at and operate the blitzq queues: stats, workers, schedules, inspect, "
-            "cancel, purge, forget-queue, dead-letters, events, workflow (inspect, cancel); "
-            "task history: history, prune-history. Exit codes: 0 done, "
+stats, workers, health, schedules, inspect, cancel, purge, forget-queue, dead-letters, events,
+workflow: the same commands, flags, output and exit codes as ``python -m
+blitzq_django.engine <command> APP`` (one implementation, engine/cli/ops.py; docs/cli.md),
+with ``get_client()`` as the client.
             "1 not found or nothing matched, 2 usage or bad input, 3 Redis unavailable, 4 refused.")
     # Ops must work on a project whose other apps have failing checks (that is often
     # when an operator needs them); our own settings are checked by get_client().
