@@ -24,8 +24,8 @@ TOP_LEVEL = [
     "DEFAULT_REDACT", "Record", "ResultTimeout", "Retry", "RetryPolicy", "TaskCancelled",
     "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle", "TimeLimitExceeded",
     "__version__", "blitzq_task", "current_task", "enqueue_on_commit", "get_client",
-    "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed", "task_retried",
-    "task_started", "task_succeeded",
+    "get_handle", "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed",
+    "task_retried", "task_started", "task_succeeded",
 ]
 
 ENGINE = [
