@@ -1,5 +1,5 @@
-"""The ops command line: stats, workers, schedules, inspect, cancel, purge, dead letters,
-events.
+"""The ops command line: stats, workers, health, schedules, inspect, cancel, purge, dead
+letters, events.
 
 One implementation for both ways in: ``python -m blitzq_django.engine <command> APP ...``
 (engine/cli/main.py) and ``manage.py blitzq <command> ...`` (the Django command). Each builds
@@ -8,6 +8,8 @@ the same subparsers with ``add_commands()`` and runs the parsed command with ``p
 
 Exit codes (docs/cli.md): 0 done; 1 not found or nothing matched (or nothing done);
 2 usage or bad input; 3 Redis unavailable; 4 refused (queue busy, or not confirmed).
+``health`` (cli/health.py) has two: 0 healthy, 1 not (Redis unreachable included), as
+probes expect.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..core.redact import DEFAULT_REDACT
 from ..core.registry import CANCELLED, REVOKED, unserved, workers_per_queue
 from ..core.validate import RULES, task_id_ok
 from ..errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
+from . import health
 from .args import number
 
 if TYPE_CHECKING:
@@ -226,6 +229,10 @@ def add_commands(subparsers: Any,
                        help="queues to count (default: every known queue)")
 
     command(subparsers, "workers", run_workers, "the live workers, as of their last heartbeat")
+
+    health.add_arguments(command(
+        subparsers, "health", health.run_health,
+        "exit 0 when Redis answers and this host's workers beat, 1 when not (probes)"))
 
     command(subparsers, "schedules", run_schedules,
             "periodic schedules: last run, next run, last message and its outcome")

@@ -84,6 +84,8 @@ LIMITS: dict[str, Limit] = {
     "list_limit": Limit(True, 1, 10**9),
     "replay_rate": Limit(False, 0, 1_000_000, low_open=True),  # messages per second
     "event_count": Limit(True, 1, 10_000),  # stream entries per read
+    "heartbeat_age": Limit(False, 0, DAY, low_open=True),  # health --max-age, seconds
+    "min_workers": Limit(True, 1, 100_000),  # health --min-workers
 }
 
 

@@ -1,8 +1,8 @@
 """``manage.py blitzq <command>``: the ops command line on the project's client.
 
-stats, workers, schedules, inspect, cancel, purge, forget-queue, dead-letters, events: the same
-commands, flags, output and exit codes as ``python -m blitzq_django.engine <command> APP`` (one
-implementation, engine/cli/ops.py; docs/cli.md), with ``get_client()`` as the client.
+stats, workers, health, schedules, inspect, cancel, purge, forget-queue, dead-letters, events:
+the same commands, flags, output and exit codes as ``python -m blitzq_django.engine <command>
+APP`` (one implementation, engine/cli/ops.py; docs/cli.md), with ``get_client()`` as the client.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ...settings import get_settings, redact_names
 
 
 class Command(BaseCommand):
-    help = ("Look at and operate the blitzq queues: stats, workers, schedules, inspect, "
+    help = ("Look at and operate the blitzq queues: stats, workers, health, schedules, inspect, "
             "cancel, purge, forget-queue, "
             "dead-letters, events; task history: history, prune-history. Exit codes: 0 done, "
             "1 not found or nothing matched, 2 usage or bad input, 3 Redis unavailable, 4 refused.")
