@@ -21,6 +21,7 @@ from ..support.snippets import Session, SnippetError, extract, page_env, parse_m
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
     "docs/quickstart.md",
+    "docs/migrating/celery.md",
 ]
 BIN = Path(sys.executable).parent
 
