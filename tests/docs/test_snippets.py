@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
     "docs/quickstart.md",
     "docs/migrating/celery.md",
+    "docs/migrating/django-tasks.md",
 ]
 BIN = Path(sys.executable).parent
 
