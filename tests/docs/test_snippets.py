@@ -23,6 +23,7 @@ PAGES = [
     "docs/quickstart.md",
     "docs/migrating/celery.md",
     "docs/migrating/django-tasks.md",
+    "docs/migrating/django-rq.md",
 ]
 BIN = Path(sys.executable).parent
 
