@@ -24,6 +24,7 @@ PAGES = [
     "docs/migrating/celery.md",
     "docs/migrating/django-tasks.md",
     "docs/migrating/django-rq.md",
+    "docs/migrating/django-q2.md",
 ]
 BIN = Path(sys.executable).parent
 
