@@ -3,6 +3,8 @@
 
     python3 scripts/docs.py            # build with --strict, as CI does
     python3 scripts/docs.py serve      # serve it on http://127.0.0.1:8000 while you edit
+    python3 scripts/docs.py screenshot # build, look at it in headless Chromium, keep
+                                       # docs/img/docs-site.png (scripts/docs_screenshot.py)
 
 The build is strict: a warning fails it, and MkDocs warns about a link to a page that
 does not exist, an anchor that no heading of the page has, a page left out of the nav,
@@ -48,6 +50,11 @@ def main(argv: list[str]) -> int:
     exe = python()
     if argv[:1] == ["serve"]:
         command = [exe, "-m", "mkdocs", "serve", *argv[1:]]
+    elif argv[:1] == ["screenshot"]:
+        built = main(argv[1:])
+        if built != 0:
+            return built
+        command = [exe, str(ROOT / "scripts" / "docs_screenshot.py")]
     else:
         command = [exe, "-m", "mkdocs", "build", "--strict", *argv]
     # Material's notice about MkDocs 2, printed on every build, is not a problem of these

@@ -152,8 +152,7 @@ def commands_page() -> str:
         "Every `manage.py` command of blitzq_django with its options and their defaults,",
         "generated at each build from the commands' own argparse parsers (what `--help`",
         "prints). Django's options of every command (`--settings`, `--verbosity`,",
-        "`--traceback` ...) are left out. How to run them in production:",
-        "[the deployment guide](../index.md); the operations commands explained with",
+        "`--traceback` ...) are left out. The operations commands explained with",
         "examples: [cli.md](../cli.md).",
         "",
     ]
