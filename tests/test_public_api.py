@@ -105,7 +105,7 @@ _IMPORT = re.compile(r"^\s*from (blitzq_django[\w.]*) import ([\w, ]+?)(?:\s*#.*
 def _taught_imports() -> list[tuple[str, str, str]]:
     """(file, module, name) of every ``from blitzq_django... import name`` in the docs, the
     README and the example project."""
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
              *sorted((ROOT / "testproject").rglob("*.py"))]
     found = []
     for path in files:
