@@ -82,6 +82,16 @@ def test_every_decorator_option_has_a_type_a_default_and_a_meaning() -> None:
         assert "Default: " in text, f"@blitzq_task option {name}: say its default"
 
 
+def test_every_schedule_option_has_a_type_a_default_and_a_meaning() -> None:
+    from blitzq_django.engine.client.schedules import SCHEDULE_OPTIONS
+    from blitzq_django.periodic import periodic
+
+    entries = _documented(periodic.__doc__ or "", "Keyword Args")
+    assert set(entries) == set(SCHEDULE_OPTIONS), set(SCHEDULE_OPTIONS) ^ set(entries)
+    for name, text in entries.items():
+        assert "Default: " in text, f"@periodic option {name}: say its default"
+
+
 def test_every_call_option_has_a_type_and_a_meaning() -> None:
     entries = _documented(CallOptions.__doc__ or "", "Attributes")
     assert set(entries) == set(CallOptions.__dataclass_fields__), \
