@@ -3,7 +3,7 @@
 ::
 
     from django.dispatch import receiver
-    from blitzq_django.signals import task_failed
+    from blitzq_django import task_failed
 
     @receiver(task_failed, sender=charge_card)     # or without sender: every task
     def alert(sender, task_name, message_id, exception, **kwargs): ...

@@ -2,7 +2,7 @@
 
 ::
 
-    from blitzq_django.decorators import blitzq_task
+    from blitzq_django import blitzq_task
 
     @blitzq_task(queue="emails", retries=3, timeout=30)
     def send_welcome(user_id: int) -> None: ...
