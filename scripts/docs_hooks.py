@@ -63,13 +63,12 @@ def settings_page() -> str:
         "a value out of range `blitzq.E004` ([system checks](../configuration.md#checks)).",
         "The guide to them, grouped by topic: [settings.md](../settings.md).",
         "",
-        "| key | accepts | default | range | meaning |",
-        "|---|---|---|---|---|",
     ]
     for key, setting in SETTINGS.items():
-        limit = setting.limit.describe() if setting.limit is not None else ""
-        lines.append(f"| <span id=\"{key.lower()}\"></span>`{key}` | {_cell(setting.said)} | "
-                     f"{_default(setting.default)} | {_cell(limit)} | {_cell(setting.doc)} |")
+        lines += [f"## `{key}` {{#{key.lower()}}}", "",
+                  f"**Accepts** {setting.said}; **default** {_default(setting.default)}"
+                  + (f"; **range** {setting.limit.describe()}" if setting.limit else "")
+                  + ".", "", setting.doc, ""]
     return "\n".join(lines) + "\n"
 
 
@@ -100,8 +99,12 @@ def _option_row(action: argparse.Action) -> str | None:
     else:
         names = f"`{action.metavar or action.dest}`"
     default = action.default
-    shown = "" if default in (None, argparse.SUPPRESS, False) or action.nargs == 0 \
-        else f"`{_cell(repr(default))}`"
+    if not action.option_strings and action.nargs not in ("?", "*"):
+        shown = "required"
+    elif default in (None, argparse.SUPPRESS, False) or action.nargs == 0:
+        shown = ""
+    else:
+        shown = f"`{_cell(repr(default))}`"
     text = action.help or ""
     if action.choices and not isinstance(action, argparse._SubParsersAction):
         text += f" (one of {', '.join(f'`{c}`' for c in action.choices)})"
