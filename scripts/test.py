@@ -27,6 +27,12 @@ the end lists them all:
    ``.venv-dj6``, on Python 3.12+ (skipped with the reason when there is none, or with
    ``--no-django6``).
 
+6. The wheel check (``scripts/wheel_check.py``): ``python -m build``, the wheel installed
+   into a fresh virtualenv (not editable), a fresh ``django-admin startproject`` site on
+   it: ``migrate``, ``check --deploy``, a task run by ``runworker --burst``,
+   ``collectstatic``, the admin and the dashboard's files served (``--no-wheel`` skips it).
+   It starts with steps 4 and 5 and runs beside step 3: it waits on pip and subprocesses.
+
 Steps 4 and 5 start first and run beside step 3: each waits on its own Redis,
 processes and database far more than it computes. When both run, step 3 leaves
 ``tests/django`` to them (``--ignore``): it is then run twice, on PostgreSQL with
@@ -259,6 +265,32 @@ class PytestBeside:
         return step
 
 
+WHEEL_CHECK = "wheel: build, install, fresh site"
+
+
+class ScriptBeside(PytestBeside):
+    """A script of scripts/ run beside the pytest passes, printed whole by ``finish()``."""
+
+    def __init__(self, name: str, venv: Path, script: list[str], env: dict[str, str]) -> None:
+        self.name, self.detail = name, ""
+        self.cmd = [str(bin_path(venv, "python")), *script]
+        self.started = time.monotonic()
+        say(f"started: {name}")
+        self.output = tempfile.TemporaryFile(  # noqa: SIM115
+            mode="w+", encoding="utf-8", errors="replace")
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=env, stdout=self.output,
+                                     stderr=subprocess.STDOUT)
+
+
+def start_wheel_check(options: argparse.Namespace) -> ScriptBeside | Step:
+    """Step 6 (scripts/wheel_check.py): the wheel built, installed into a fresh virtualenv
+    (not editable) and a fresh startproject site run on it; started beside the pytest
+    passes, as it mostly waits on pip and subprocesses."""
+    if options.no_wheel:
+        return Step(WHEEL_CHECK, "SKIP", 0, "--no-wheel")
+    return ScriptBeside(WHEEL_CHECK, VENV, ["scripts/wheel_check.py"], venv_env(VENV))
+
+
 def django_args(extra: list[str], dirs: tuple[str, ...] = (DJANGO_TESTS,)) -> list[str] | None:
     """pytest arguments for a pass over some test folders (``dirs``: tests/django, and
     tests/browser for the Django 6 pass) plus the user's options.
@@ -431,6 +463,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "(in .venv-dj6)")
     parser.add_argument("--no-postgres", action="store_true",
                         help="skip the PostgreSQL pass even when a server is reachable")
+    parser.add_argument("--no-wheel", action="store_true",
+                        help="skip the wheel check (build, install into a fresh virtualenv, "
+                             "run a fresh site: scripts/wheel_check.py)")
     parser.add_argument("--no-lint", action="store_true",
                         help="skip ruff, lint-imports and mypy (quick local runs only)")
     parser.add_argument("--no-docs", action="store_true",
@@ -467,7 +502,9 @@ def main(argv: list[str]) -> int:
         dj_args = django_args(pytest_extra)
         dj6_args = django_args(pytest_extra, DJANGO6_DIRS)
         beside: list[PytestBeside | Step] = []  # steps 4 and 5, in this order
+        wheel: ScriptBeside | Step = Step(WHEEL_CHECK, "SKIP", 0, "not started")
         try:
+            wheel = start_wheel_check(options)
             # Started first, so that they run beside the main pass (see the docstring).
             beside.append(start_postgres_pass(python, dj_args, options, sqlite_env))
             beside.append(start_django6_pass(dj6_args, options))
@@ -475,6 +512,7 @@ def main(argv: list[str]) -> int:
                                      sqlite_env))
         finally:
             steps += [b.finish() if isinstance(b, PytestBeside) else b for b in beside]
+            steps.append(wheel.finish() if isinstance(wheel, ScriptBeside) else wheel)
     except Abort as exc:
         steps.append(Step("setup", "FAIL", 0, str(exc)))
     except KeyboardInterrupt:

@@ -4,7 +4,8 @@ Each page of ``PAGES`` runs block by block (tests/support/snippets.py: the conve
 for page authors) in an empty directory, the way a new user would follow it, twice: with
 ``REDIS_URL`` set to a redis-server this test starts, and with it unset, when the page's
 settings fall back to the embedded server (blitzq_django.embedded, the ``embedded``
-extra). Add a page here when it is written to be followed.
+extra). Add a page to PAGES when it is written to be followed, with the pages its reader
+follows first.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from ..support.redis_server import RedisServer
 from ..support.snippets import Session, SnippetError, extract, page_env, parse_marker
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [
-    "docs/quickstart.md",
-    "docs/migrating/celery.md",
-    "docs/migrating/django-tasks.md",
-    "docs/migrating/django-rq.md",
-    "docs/migrating/django-q2.md",
-]
+#: page -> the pages a reader follows first, in the same directory and session (a
+#: migration guide may start where the quickstart ends: "docs/quickstart.md" there).
+#: The migration guides start from an empty directory: their readers have a project.
+PAGES: dict[str, list[str]] = {
+    "docs/quickstart.md": [],
+    "docs/migrating/celery.md": [],
+    "docs/migrating/django-tasks.md": [],
+    "docs/migrating/django-rq.md": [],
+    "docs/migrating/django-q2.md": [],
+}
 BIN = Path(sys.executable).parent
 
 
@@ -46,6 +50,8 @@ def test_page_runs_as_written(page: str, redis: str, tmp_path: Path,
                               request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue("own_redis") if redis == "server" else None
     with Session(tmp_path, page_env(BIN, url)) as session:
+        for before in PAGES[page]:
+            session.run_page(ROOT / before)
         snippets = session.run_page(ROOT / page)
     assert any(s.runs for s in snippets), f"{page} has no block that runs"
 

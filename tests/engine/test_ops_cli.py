@@ -180,6 +180,18 @@ async def test_workers_lists_the_live_workers(client: Client) -> None:
     assert text.code == 0 and worker.name in text.out and "0/3" in text.out
 
 
+@pytest.mark.asyncio
+async def test_health_of_the_engine_cli(client: Client) -> None:
+    """The same command as manage.py blitzq health (tests/django/test_health.py)."""
+    alone = await asyncio.to_thread(run, client, "health", "--json")
+    assert alone.code == 1 and alone.json()["healthy"] is False
+    async with background_worker(client, concurrency=3, **BEAT):
+        await asyncio.to_thread(wait_until, lambda: client.workers(), 5,
+                                message="the worker listed")
+        ran = await asyncio.to_thread(run, client, "health", "--pid", str(os.getpid()))
+    assert ran.code == 0 and ran.out.splitlines()[-1] == "healthy"
+
+
 # -- inspect -----------------------------------------------------------------------------
 
 

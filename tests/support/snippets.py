@@ -53,6 +53,11 @@ Marker words (after ``snippet:``; quote values with spaces: ``expect="5 passed"`
 Every block whose language needs a marker and has none makes ``extract`` fail, naming
 the page and line: a block nobody decided about is a block nobody checks.
 
+A page may continue another: tests/docs/test_snippets.py's PAGES names, for each page,
+the pages run before it in the same session (same directory, same current directory,
+same background processes), e.g. a migration guide that starts from the quickstart's
+``mysite``.
+
 The session's environment is the caller's (tests/docs/test_snippets.py: the test
 virtualenv's ``bin`` first on PATH, so ``python`` and ``django-admin`` are the ones with
 blitzq_django installed; ``REDIS_URL`` set to a server the test started, or unset, when

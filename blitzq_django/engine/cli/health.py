@@ -3,7 +3,7 @@
 For liveness and readiness probes (docs/deployment.md): exit status 0 when healthy, 1
 when not, with what is wrong on stderr (and in the document with ``--json``). A worker
 is alive when its registry entry is there: each worker rewrites it every heartbeat and it
-expires on its own (3 heartbeats, at least 30 s), so a killed or stuck worker drops out;
+expires on its own (3 heartbeats, at least 5 s), so a killed or stuck worker drops out;
 ``--max-age`` asks for a fresher beat than that.
 """
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.ids import now_ms
 from ..errors import BlitzqError
 from .args import number
+from .failure import Failure
 
 if TYPE_CHECKING:
     from ..core.registry import WorkerInfo
@@ -29,8 +30,8 @@ EXIT_UNHEALTHY = 1
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("--pid", type=int, action="append", metavar="PID",
-                       help="the worker of this process id (repeatable; with --processes, a "
-                            "child's pid, not the supervisor's)")
+                       help="the worker of this process id (repeatable; under --processes "
+                            "or --reload, a child's pid, not the supervisor's)")
     scope.add_argument("--host", default=None,
                        help="the workers of this host name (default: this host's, "
                             f"{socket.gethostname()!r} here)")
@@ -47,9 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_health(ops: Ops, args: argparse.Namespace) -> None:
-    # lazy: cost (ops imports this module to add the command)
-    from .ops import Failure
-
     problems: list[str] = []
     redis: dict[str, Any] = {"ok": True, "error": None}
     workers: list[WorkerInfo] = []

@@ -40,6 +40,7 @@ from ..core.validate import RULES, task_id_ok
 from ..errors import BlitzqError, BrokerError, ConfigurationError, QueueBusy
 from . import health
 from .args import number
+from .failure import Failure
 
 if TYPE_CHECKING:
     from ..core.events import Event
@@ -56,14 +57,6 @@ FOLLOW_BLOCK_MS = 1000  # how long one read of `events --follow` waits for new e
 STREAM_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 
 Handler = Callable[["Ops", argparse.Namespace], None]
-
-
-class Failure(Exception):
-    """A command that did not do what was asked: its message and exit code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # -- where output goes -------------------------------------------------------------------
