@@ -4,10 +4,10 @@
   drift: the settings table from ``blitzq_django/settings/schema.py`` (one ``Setting``
   record per key) and the management commands with their options from their argparse
   parsers (``reference/settings.md``, ``reference/commands.md``).
-- A link from a page to a file of the repository outside docs/ (``../blitzq_django/
-  checks.py``) is checked to exist, then pointed at ``repo_url`` when the site has one
-  (shown as the path in code otherwise): MkDocs only checks links between pages, and
-  would call these missing.
+- A link from a page to a folder (``deploy/``), or to a file of the repository outside
+  docs/ (``../blitzq_django/checks.py``), is checked to exist, then pointed at
+  ``repo_url`` when the site has one (shown as its text otherwise): MkDocs only checks
+  links between pages, and would call these missing.
 
 Links between pages and their anchors are MkDocs' own checks (``validation`` in
 mkdocs.yml), which ``mkdocs build --strict`` turns into errors.
@@ -183,6 +183,9 @@ def on_files(files: Any, config: Any) -> Any:
 _LINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>\.\./[^)\s]*)\)")
 
 
+_FOLDER = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>(?!https?:|\.\./|/)[^)\s#]*/)\)")
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Links from a page to repository files outside docs/: checked to exist, then
     pointed at the repository (``repo_url``), or shown as their text without one."""
@@ -203,4 +206,17 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
                    f"{'#' + anchor if anchor else ''})"
         return match.group("text")
 
-    return _LINK.sub(outside, markdown)
+    def folder(match: re.Match[str]) -> str:
+        """A link to a folder of docs/ (``deploy/``): a page of GitHub's, none of the
+        site's (MkDocs copies the folder's files, not an index of them)."""
+        target = (page_dir / match.group("target")).resolve()
+        if not target.is_dir():
+            log.warning("%s: link to folder %s, which does not exist", page.file.src_uri,
+                        match.group("target"))
+            return match.group(0)
+        if repo_url:
+            return f"[{match.group('text')}]({repo_url}/tree/main/" \
+                   f"{target.relative_to(ROOT).as_posix()})"
+        return match.group("text")
+
+    return _FOLDER.sub(folder, _LINK.sub(outside, markdown))
