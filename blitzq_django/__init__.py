@@ -42,14 +42,17 @@ _EXPORTS = {
         "task_dead_lettered", "task_cancelled",
     ], _SIGNALS),
     **dict.fromkeys(["Blitzq", "BlitzqTestMixin"], _TESTING),
+    **dict.fromkeys(["chain", "chord", "group", "WorkflowCancelled", "WorkflowFailed",
+                     "WorkflowHandle"], "blitzq_django.workflows"),
 }
 
 __all__ = [
     "DEFAULT_REDACT", "Blitzq", "BlitzqError", "BlitzqTestMixin", "Cancellation",
     "ConfigurationError", "Record", "ResultTimeout", "Retry", "RetryPolicy", "TaskCancelled",
     "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle", "TimeLimitExceeded",
-    "__version__", "blitzq_task", "current_task", "enqueue_on_commit", "get_client",
-    "get_handle", "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed",
+    "WorkflowCancelled", "WorkflowFailed", "WorkflowHandle", "__version__", "blitzq_task",
+    "chain", "chord", "current_task", "enqueue_on_commit", "get_client", "get_handle", "group",
+    "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed",
     "task_retried", "task_started", "task_succeeded",
 ]
 
@@ -84,6 +87,14 @@ if TYPE_CHECKING:
     from .tasks.decorators import blitzq_task
     from .testing import Blitzq, BlitzqTestMixin
     from .transactions import enqueue_on_commit
+    from .workflows import (
+        WorkflowCancelled,
+        WorkflowFailed,
+        WorkflowHandle,
+        chain,
+        chord,
+        group,
+    )
 
 
 def __getattr__(name: str) -> Any:

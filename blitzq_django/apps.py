@@ -19,7 +19,7 @@ class BlitzqConfig(AppConfig):
 
     def ready(self) -> None:
         # lazy: app loading (these modules import the models, or register checks)
-        from . import checks, periodic, queues, registry, runtime, settings  # noqa: F401
+        from . import checks, periodic, queues, registry, runtime, settings, workflows  # noqa: F401
         from .history import rules as history_rules
         from .periodic import database as periodic_database
         from .tasks import configured as django_tasks
@@ -34,6 +34,7 @@ class BlitzqConfig(AppConfig):
         # the process's client lists the database's schedules too.
         runtime.add_build_hook(periodic.attach_schedules)
         runtime.add_build_hook(queues.attach_check)
+        runtime.add_build_hook(workflows.attach_on_commit)
         runtime.add_process_hook(periodic.attach_sources)
 
         # Queues named by features: runworker serves them, enqueue accepts them.

@@ -23,19 +23,23 @@ TOP_LEVEL = [
     "Blitzq", "BlitzqError", "BlitzqTestMixin", "Cancellation", "ConfigurationError",
     "DEFAULT_REDACT", "Record", "ResultTimeout", "Retry", "RetryPolicy", "TaskCancelled",
     "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle", "TimeLimitExceeded",
-    "__version__", "blitzq_task", "current_task", "enqueue_on_commit", "get_client",
-    "get_handle", "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed",
-    "task_retried", "task_started", "task_succeeded",
+    "WorkflowCancelled", "WorkflowFailed", "WorkflowHandle", "__version__", "blitzq_task",
+    "chain", "chord", "current_task", "enqueue_on_commit", "get_client", "get_handle", "group",
+    "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed", "task_retried",
+    "task_started", "task_succeeded",
 ]
 
 ENGINE = [
     "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Cancellation",
-    "Client", "ConfigurationError", "DeadLetter", "MemoryBroker", "Message",
+    "Canvas", "Chain", "Chord", "Client", "ConfigurationError", "DeadLetter", "Group",
+    "MemoryBroker", "Message",
     "MessageDecodeError", "MessageEncodeError", "MessageError", "MessageTooLarge", "QueueBusy",
-    "Record", "RedisBroker", "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task",
+    "Record", "RedisBroker", "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy",
+    "Signature", "Task",
     "TaskCancelled", "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle",
     "TaskNotRegistered", "TaskRegistry", "TaskSpec", "TimeLimitExceeded", "Worker",
-    "WorkerConfig", "current_task",
+    "WorkerConfig", "WorkflowCancelled", "WorkflowFailed", "WorkflowHandle", "WorkflowInfo",
+    "WorkflowNode", "WorkflowProgress", "chain", "chord", "current_task", "group",
 ]
 
 

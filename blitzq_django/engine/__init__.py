@@ -6,12 +6,25 @@ Public names are re-exported here; everything else is internal.
 from .brokers import Broker, MemoryBroker, RedisBroker
 from .client import CallOptions, Client, Task, TaskHandle
 from .client.context import TaskContext, current_task
+from .client.workflows import (
+    Canvas,
+    Chain,
+    Chord,
+    Group,
+    Signature,
+    WorkflowHandle,
+    WorkflowProgress,
+    chain,
+    chord,
+    group,
+)
 from .core.deadletter import DeadLetter
 from .core.message import Message
 from .core.record import Record
 from .core.registry import Cancellation
 from .core.retry import RetryPolicy
 from .core.task import TaskRegistry, TaskSpec
+from .core.workflow import WorkflowInfo, WorkflowNode
 from .errors import (
     BlitzqError,
     BrokerError,
@@ -30,15 +43,19 @@ from .errors import (
     TaskFailed,
     TaskNotRegistered,
     TimeLimitExceeded,
+    WorkflowCancelled,
+    WorkflowFailed,
 )
 from .worker import Worker, WorkerConfig
 
 __all__ = [
     "BlitzqError", "Broker", "BrokerError", "BrokerUnavailable", "CallOptions", "Cancellation",
-    "Client", "ConfigurationError", "DeadLetter", "MemoryBroker", "Message",
-    "MessageDecodeError", "MessageEncodeError", "MessageError", "MessageTooLarge", "QueueBusy",
-    "Record", "RedisBroker", "ResultTimeout", "ResultTooLarge", "Retry", "RetryPolicy", "Task",
+    "Canvas", "Chain", "Chord", "Client", "ConfigurationError", "DeadLetter", "Group",
+    "MemoryBroker", "Message", "MessageDecodeError", "MessageEncodeError", "MessageError",
+    "MessageTooLarge", "QueueBusy", "Record", "RedisBroker", "ResultTimeout", "ResultTooLarge",
+    "Retry", "RetryPolicy", "Signature", "Task",
     "TaskCancelled", "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle",
     "TaskNotRegistered", "TaskRegistry", "TaskSpec", "TimeLimitExceeded", "Worker",
-    "WorkerConfig", "current_task",
+    "WorkerConfig", "WorkflowCancelled", "WorkflowFailed", "WorkflowHandle", "WorkflowInfo",
+    "WorkflowNode", "WorkflowProgress", "chain", "chord", "current_task", "group",
 ]

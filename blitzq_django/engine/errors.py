@@ -16,10 +16,13 @@
     ├── ResultTimeout             (also a TimeoutError) get_result gave up waiting
     ├── TimeLimitExceeded         (also a TimeoutError) raised inside a `def` task's thread
     │                             at its timeout (the task may catch it to clean up)
-    └── TaskFailed                the task ended without a result (``handle.result()``):
-        │                         failed or dead-lettered; ``.record`` holds the error
-        ├── TaskCancelled         it was cancelled, before it ran or while running
-        └── TaskExpired           it did not start before its ``expires`` time
+    ├── TaskFailed                the task ended without a result (``handle.result()``):
+    │   │                         failed or dead-lettered; ``.record`` holds the error
+    │   ├── TaskCancelled         it was cancelled, before it ran or while running
+    │   └── TaskExpired           it did not start before its ``expires`` time
+    └── WorkflowFailed            a workflow ended without a result; ``.failure`` says
+        │                         which step failed and how (docs/workflows.md)
+        └── WorkflowCancelled     it was cancelled
 
 Control flow, raised by task code rather than by the engine:
 
@@ -29,7 +32,7 @@ Control flow, raised by task code rather than by the engine:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .core.record import Record
@@ -125,6 +128,26 @@ class TaskExpired(TaskFailed):
     def __init__(self, record: Record) -> None:
         super().__init__(record)
         self.args = (f"task {record.task} {record.id} expired before it started",)
+
+
+class WorkflowFailed(BlitzqError):
+    """A workflow failed (``WorkflowHandle.result()``): ``failure`` is what its failed step
+    passed on (workflow, node, path, task, id, state, error_type, error_message)."""
+
+    def __init__(self, workflow_id: str, state: str, failure: dict[str, Any] | None) -> None:
+        what = ""
+        if failure:
+            what = (f": step {failure.get('path')!r} ({failure.get('task')}, "
+                    f"{failure.get('id')}) {failure.get('state')}: "
+                    f"{failure.get('error_type')}: {failure.get('error_message')}")
+        super().__init__(f"workflow {workflow_id} {state}{what}")
+        self.workflow_id = workflow_id
+        self.state = state
+        self.failure = failure
+
+
+class WorkflowCancelled(WorkflowFailed):
+    """The workflow was cancelled (``cancel()``)."""
 
 
 class Retry(Exception):  # noqa: N818 - reads as "raise Retry(...)"

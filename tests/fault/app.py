@@ -215,4 +215,38 @@ def register(client: Client) -> dict[str, object]:
         note("done")
         return ctx.attempt
 
+    # -- workflows (test_workflows.py) --------------------------------------------
+
+    @task()
+    async def wf_member(i: int) -> int:
+        """A chord's header step: its result is its number (no ledger: the callback's
+        arguments say whether every result arrived)."""
+        return i
+
+    @task()
+    def wf_collect(values: list[int]) -> list[int]:
+        """A chord's callback: notes what it was given."""
+        note("start")
+        note("done", values=values)
+        return values
+
+    @task()
+    async def wf_step(path: list[int], i: int) -> list[int]:
+        """A chain's step: notes its place, returns the path so far with it."""
+        note("start", step=i)
+        note("done", step=i, path=path)
+        return [*path, i]
+
+    @task()
+    async def wf_block_once(block: float) -> int:
+        """First delivery blocks the event loop past the lease (another worker takes the
+        message over and runs it too); a redelivery returns at once."""
+        note("start")
+        ctx = current_task()
+        assert ctx is not None
+        if ctx.delivery_count == 1:
+            time.sleep(block)  # noqa: ASYNC251 - the point: its lease is lost meanwhile
+        note("done")
+        return ctx.delivery_count
+
     return tasks

@@ -24,6 +24,7 @@ from .capabilities import (
     PeriodicStore,
     ProgressStore,
     ServerFacts,
+    WorkflowStore,
 )
 
 # The settlement kinds of core/states.py's SettleKind, bound once as plain str (one per
@@ -174,6 +175,7 @@ class Broker(Protocol):
     metrics: MetricsStore
     history: HistoryStore
     attachments: AttachmentStore
+    workflows: WorkflowStore
 
     def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> Lease:
         """The lease of ``purpose`` (capabilities.LEASE_PURPOSES) on ``queue`` for the

@@ -19,6 +19,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, NamedTuple, Protocol
 
 from ..core.events import Event
+from ..core.workflow import Advance, Node
 
 #: One occurrence to dispatch: (occurrence ms, message id, encoded message,
 #: encoded record or b"", encoded event or b"").
@@ -142,3 +143,45 @@ class HistoryStore(Protocol):
     def add_unwritable(self, queue: str, time_ms: int, text: str) -> None: ...
     def health(self, queue: str, group: str) -> tuple[dict[str, str], int | None]:
         """(the queue's health fields, events ``group`` has not read or None)."""
+
+
+class WorkflowStore(Protocol):
+    """The state of workflows (chains, groups, chords: engine/core/workflow.py), one hash
+    per workflow under its own hash tag. Each method is one atomic step on that hash;
+    recording an outcome is idempotent (a step that ran twice records once and gets the
+    same launches back), so the caller enqueues what follows with fixed ids and
+    idempotency keys and a crash between any two steps loses or doubles nothing."""
+
+    def start(self, workflow_id: str, now_ms: int, home: str, nodes: Sequence[Node],
+              members: Mapping[int, bytes], on_error: bytes | None) -> Advance:
+        """Store the tree and answer its first launches (again: the same ones)."""
+    async def astart(self, workflow_id: str, now_ms: int, home: str, nodes: Sequence[Node],
+                     members: Mapping[int, bytes], on_error: bytes | None) -> Advance: ...
+    def settle(self, workflow_id: str, at: int | str, state: str, value: bytes,
+               outcome: bytes, failure: bytes, now_ms: int) -> Advance:
+        """Record member ``at``'s final outcome once, and advance (core/workflow.py
+        ``settle``)."""
+    async def asettle(self, workflow_id: str, at: int | str, state: str, value: bytes,
+                      outcome: bytes, failure: bytes, now_ms: int) -> Advance: ...
+    async def asettle_many(self, items: Sequence[tuple[str, int | str, str, bytes, bytes,
+                                                       bytes, int]]) -> list[Advance]:
+        """``asettle`` of each (workflow id, node, state, value, outcome, failure, now_ms),
+        in one round trip (each its own atomic step: they are other workflows' keys)."""
+    def cancel(self, workflow_id: str, now_ms: int) -> tuple[str, list[bytes]]:
+        """Cancel it if running: (its state before or "" when unknown, the members
+        launched and unfinished, each a packed Member, to cancel)."""
+    async def acancel(self, workflow_id: str, now_ms: int) -> tuple[str, list[bytes]]: ...
+    def read(self, workflow_id: str) -> dict[str, bytes]:
+        """Every field of its hash ({} when unknown)."""
+    async def aread(self, workflow_id: str) -> dict[str, bytes]: ...
+    def fields(self, workflow_id: str, names: Sequence[str]) -> list[bytes | None]:
+        """Some fields of its hash (state, done, total ...)."""
+    async def afields(self, workflow_id: str, names: Sequence[str]) -> list[bytes | None]: ...
+    def wait(self, workflow_id: str, timeout: float) -> str:
+        """Its state once final, or its state when ``timeout`` s have passed ("" when
+        unknown)."""
+    async def await_final(self, workflow_id: str, timeout: float) -> str: ...
+    def emit(self, queue: str, event: bytes) -> None:
+        """Append a workflow event (core/events.py: workflow_started, workflow_succeeded,
+        workflow_failed, workflow_cancelled) to ``queue``'s events stream."""
+    async def aemit(self, queue: str, event: bytes) -> None: ...

@@ -49,6 +49,7 @@ from .memory_stores import (
     MemoryMetricsStore,
     MemoryPeriodicStore,
     MemoryProgressStore,
+    MemoryWorkflowStore,
 )
 
 
@@ -172,6 +173,7 @@ class MemoryBroker:
         self.metrics = MemoryMetricsStore()
         self.history = MemoryHistoryStore(self)
         self.attachments = MemoryAttachmentStore(self)
+        self.workflows = MemoryWorkflowStore(self)
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
 
     def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> MemoryLease:

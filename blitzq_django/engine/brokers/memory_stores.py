@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from ..core import events
+from ..core import events, workflow
 from .base import Enqueue
 from .capabilities import EventsRead, Occurrence
 
@@ -232,3 +232,112 @@ class MemoryHistoryStore:
     def health(self, queue: str, group: str) -> tuple[dict[str, str], int | None]:
         with self._lock:
             return dict(self._health.get(queue, {})), None
+
+
+class MemoryWorkflowStore:
+    """Workflows in one process: core/workflow.py's steps on one dict per workflow, each
+    under the broker's lock (what workflow.lua is on Redis)."""
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+        self._flows: dict[str, dict[str, Any]] = {}
+
+    def _run(self, workflow_id: str, step: Callable[[dict[str, Any]], Any],
+             create: bool = False) -> Any:
+        broker = self._broker
+        with broker._lock:
+            h = self._flows.get(workflow_id)
+            if h is None:
+                if not create:
+                    h = {}
+                else:
+                    h = self._flows[workflow_id] = {}
+            out = step(h)
+            broker._wake()
+            return out
+
+    def start(self, workflow_id: str, now_ms: int, home: str, nodes: Sequence[Any],
+              members: Mapping[int, bytes], on_error: bytes | None) -> Any:
+        return self._run(workflow_id, lambda h: workflow.start(
+            h, workflow_id=workflow_id, now_ms=now_ms, home=home, nodes=nodes,
+            members=dict(members), on_error=on_error), create=True)
+
+    async def astart(self, workflow_id: str, now_ms: int, home: str, nodes: Sequence[Any],
+                     members: Mapping[int, bytes], on_error: bytes | None) -> Any:
+        return self.start(workflow_id, now_ms, home, nodes, members, on_error)
+
+    def settle(self, workflow_id: str, at: int | str, state: str, value: bytes,
+               outcome: bytes, failure: bytes, now_ms: int) -> Any:
+        return self._run(workflow_id, lambda h: workflow.settle(
+            h, at=at, state=state, value_=value, outcome=outcome, failure=failure,
+            now_ms=now_ms))
+
+    async def asettle(self, workflow_id: str, at: int | str, state: str, value: bytes,
+                      outcome: bytes, failure: bytes, now_ms: int) -> Any:
+        return self.settle(workflow_id, at, state, value, outcome, failure, now_ms)
+
+    async def asettle_many(self, items: Sequence[tuple[str, int | str, str, bytes, bytes,
+                                                       bytes, int]]) -> list[Any]:
+        return [self.settle(*item) for item in items]
+
+    def cancel(self, workflow_id: str, now_ms: int) -> tuple[str, list[bytes]]:
+        return self._run(workflow_id, lambda h: workflow.cancel(h, now_ms=now_ms))  # type: ignore[no-any-return]
+
+    async def acancel(self, workflow_id: str, now_ms: int) -> tuple[str, list[bytes]]:
+        return self.cancel(workflow_id, now_ms)
+
+    def read(self, workflow_id: str) -> dict[str, bytes]:
+        with self._broker._lock:
+            h = self._flows.get(workflow_id, {})
+            return {k: v if isinstance(v, bytes) else str(v).encode() for k, v in h.items()}
+
+    async def aread(self, workflow_id: str) -> dict[str, bytes]:
+        return self.read(workflow_id)
+
+    def fields(self, workflow_id: str, names: Sequence[str]) -> list[bytes | None]:
+        found = self.read(workflow_id)
+        return [found.get(name) for name in names]
+
+    async def afields(self, workflow_id: str, names: Sequence[str]) -> list[bytes | None]:
+        return self.fields(workflow_id, names)
+
+    def _state(self, workflow_id: str) -> str:
+        h = self._flows.get(workflow_id)
+        return "" if h is None else str(h.get("state", ""))
+
+    def wait(self, workflow_id: str, timeout: float) -> str:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        broker = self._broker
+        with broker._lock:
+            while True:
+                state = self._state(workflow_id)
+                remaining = deadline - time.monotonic()
+                if state in workflow.FINAL or remaining <= 0:
+                    return state
+                broker._changed.wait(remaining)
+
+    async def await_final(self, workflow_id: str, timeout: float) -> str:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            with self._broker._lock:
+                state = self._state(workflow_id)
+            remaining = deadline - time.monotonic()
+            if state in workflow.FINAL or remaining <= 0:
+                return state
+            await asyncio.sleep(min(remaining, WATCH_POLL_S / 5))
+
+    def emit(self, queue: str, event: bytes) -> None:
+        broker = self._broker
+        if not broker.events_maxlen:
+            return
+        found = events.parse("0-0", queue, event)
+        if found is None:
+            return
+        with broker._lock:
+            broker._append_event(queue, found.kind, found.id, found.task, found.time_ms,
+                                 found.attempt, found.worker, found.duration_ms,
+                                 found.error_type)
+            broker._wake()
+
+    async def aemit(self, queue: str, event: bytes) -> None:
+        self.emit(queue, event)

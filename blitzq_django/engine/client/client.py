@@ -31,6 +31,7 @@ from .context import inherited_headers
 from .dead_letters import DeadLetters
 from .schedules import ScheduleRegistry
 from .task import NO_OPTIONS, CallOptions, Task, TaskHandle, not_withdrawn
+from .workflows import Launcher, Workflows
 
 if TYPE_CHECKING:
     from ..core.running import Running
@@ -90,6 +91,12 @@ class Client:
         #: The Django glue refuses a queue no default worker serves (blitzq_django/queues.py).
         self.queue_check = queue_check
         self._checked_queues: set[str] = set()
+        #: chains, groups and chords: enqueue, inspect, cancel (docs/workflows.md)
+        self.workflows = Workflows(
+            broker=broker, build=self.build,
+            launcher=Launcher(max_message_size, track_state),
+            cancel=self.cancel, acancel=self.acancel, records=broker.records,
+            arecords=broker.arecords)
 
     # -- defining tasks ------------------------------------------------------
 
@@ -326,12 +333,16 @@ class Client:
         cancels an ``async def`` attempt (a ``def`` one sees ``current_task().cancelled``).
         Finished or unknown: nothing changes, and the result says so."""
         queue = self._cancel_queue(message_id, queue)
+        if "." in message_id:  # maybe a workflow's step: its outcome is recorded first
+            self.workflows.member_cancelled(message_id)
         outcome, state = self.broker.cancel(queue, message_id, self._scheduled_cancel,
                                             self.track_state)
         return Cancellation(message_id, queue, outcome, state)
 
     async def acancel(self, message_id: str, *, queue: str | None = None) -> Cancellation:
         queue = self._cancel_queue(message_id, queue)
+        if "." in message_id:  # maybe a workflow's step: its outcome is recorded first
+            await self.workflows.amember_cancelled(message_id)
         outcome, state = await self.broker.acancel(queue, message_id, self._scheduled_cancel,
                                                    self.track_state)
         return Cancellation(message_id, queue, outcome, state)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.workflow import WORKFLOW_HEADER
 from ..progress import USER_HEADER, make
 
 
@@ -72,7 +73,10 @@ def inherited_headers(own: dict[str, Any] | None) -> dict[str, Any]:
     if factory is None:
         return own or {}
     parent = factory()
-    return {**parent.headers, CORRELATION_HEADER: parent.correlation_id, **(own or {})}
+    headers = parent.headers
+    if WORKFLOW_HEADER in headers:  # a step's place is its own, not its children's
+        headers = {k: v for k, v in headers.items() if k != WORKFLOW_HEADER}
+    return {**headers, CORRELATION_HEADER: parent.correlation_id, **(own or {})}
 
 
 #: Set by the worker around each attempt to a zero-argument factory of its TaskContext:

@@ -17,6 +17,7 @@ from ..core.suggest import did_you_mean
 from ..core.task import TaskSpec
 from ..core.validate import POLICY_OPTIONS, check, check_eta, check_expires, eta_ms, priority_lane
 from ..errors import ConfigurationError, TaskCancelled, TaskExpired, TaskFailed
+from .workflows import Signature
 
 if TYPE_CHECKING:
     from ..progress import Progress
@@ -225,6 +226,15 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         return self._client().enqueue(self.spec, args, kwargs, self.call)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step (docs/workflows.md): this task with these arguments, the
+        previous step's result prepended to them."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable workflow step: run with exactly these arguments."""
+        return Signature(self, args, kwargs, immutable=True)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:
         return await self._client().aenqueue(self.spec, args, kwargs, self.call)

@@ -93,8 +93,20 @@ EXPIRED = EventKind.EXPIRED.value
 RECOVERED = EventKind.RECOVERED.value
 REQUEUED = EventKind.REQUEUED.value
 REPLAYED = EventKind.REPLAYED.value
+WORKFLOW_STARTED = EventKind.WORKFLOW_STARTED.value
+WORKFLOW_SUCCEEDED = EventKind.WORKFLOW_SUCCEEDED.value
+WORKFLOW_FAILED = EventKind.WORKFLOW_FAILED.value
+WORKFLOW_CANCELLED = EventKind.WORKFLOW_CANCELLED.value
 
 KINDS = frozenset(kind.value for kind in EventKind)
+#: The events of a workflow rather than of a message: their ``id`` is a workflow id
+#: (core/workflow.py). Written at least once (a step that ran again writes its event
+#: again): a reader keys them by workflow id.
+WORKFLOW_KINDS = frozenset({WORKFLOW_STARTED, WORKFLOW_SUCCEEDED, WORKFLOW_FAILED,
+                            WORKFLOW_CANCELLED})
+#: A workflow's end event, by its final state.
+WORKFLOW_END = {"succeeded": WORKFLOW_SUCCEEDED, "failed": WORKFLOW_FAILED,
+                "cancelled": WORKFLOW_CANCELLED}
 TERMINAL = frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, CANCELLED, EXPIRED})
 
 #: The event of a settlement, by the record state it means (Settlement.state); a state

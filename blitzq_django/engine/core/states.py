@@ -58,6 +58,12 @@ class EventKind(StrEnum):
     RECOVERED = "recovered"
     REQUEUED = "requeued"
     REPLAYED = "replayed"
+    # A workflow's own events (core/workflow.py): ``id`` is the workflow's id, ``task``
+    # its kind (chain, group, chord, task), written to the queue of its first task.
+    WORKFLOW_STARTED = "workflow_started"
+    WORKFLOW_SUCCEEDED = "workflow_succeeded"
+    WORKFLOW_FAILED = "workflow_failed"
+    WORKFLOW_CANCELLED = "workflow_cancelled"
 
 
 class SettleKind(StrEnum):

@@ -24,7 +24,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..brokers.base import Broker, Settlement
 from ..core.ids import now_ms
@@ -53,12 +54,17 @@ Fallback = Callable[[Settlement, BaseException], Settlement | None]
 class Flusher:
     def __init__(self, broker: Broker, consumer: str,
                  on_settled: Callable[[Settlement, bool | None], None],
-                 fallback: Fallback | None = None, starts: Starts | None = None) -> None:
+                 fallback: Fallback | None = None, starts: Starts | None = None,
+                 record: Callable[[list[Any]], Awaitable[None]] | None = None) -> None:
         self._broker = broker
         self._consumer = consumer
         self._on_settled = on_settled
         self._fallback = fallback
         self._buffer: list[Settlement] = []
+        #: workflow steps to record before their settlements are written (add_after)
+        self._steps: list[tuple[Settlement, Any]] = []
+        self._recording = 0
+        self._record = record
         self._ready = asyncio.Event()
         self._closing = False
         self._writing = 0  # settlements taken from the buffer, not yet reported
@@ -91,13 +97,62 @@ class Flusher:
         self._buffer.append(settlement)
         self._ready.set()
 
+    def add_after(self, settlement: Settlement, step: Any) -> None:
+        """Write ``settlement`` once ``step`` (a workflow step's outcome) is recorded in
+        its workflow and what follows it is enqueued (worker/workflow_steps.py), both in
+        the same group commit as other steps': one round trip for their outcomes, one
+        enqueue for what follows them all."""
+        self._steps.append((settlement, step))
+        self._ready.set()
+
+    async def _record_steps(self) -> None:
+        """Record the pending steps, then hand their settlements to the write. A batch
+        that cannot reach Redis is tried again for as long as it takes (recording is
+        idempotent); one refused otherwise is tried step by step, and a step still
+        refused gives its delivery up: delivered again after visibility_timeout, it is
+        recorded again then."""
+        batch = self._steps[:MAX_PER_WRITE]
+        del self._steps[:len(batch)]
+        self._recording = len(batch)
+        try:
+            await self._record_batch(batch)
+        finally:
+            self._recording = 0
+
+    async def _record_batch(self, batch: list[tuple[Settlement, Any]]) -> None:
+        assert self._record is not None
+        backoff = BACKOFF_MIN_S
+        while True:
+            try:
+                await self._record([step for _, step in batch])
+            except (BrokerUnavailable, OSError) as exc:
+                log.warning("recording %d workflow steps failed, retrying in %.2fs: %s",
+                            len(batch), backoff, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            except Exception:
+                if len(batch) > 1:
+                    for one in batch:
+                        await self._record_batch([one])
+                    return
+                log.exception("recording workflow step %r failed: its message is given up, "
+                              "and delivered again after visibility_timeout",
+                              batch[0][0].message_id)
+                self._report(batch[0][0], None)
+                return
+            self._buffer.extend(settlement for settlement, _ in batch)
+            return
+
     @property
     def backlog(self) -> int:
-        return len(self._buffer) + self._writing
+        return len(self._buffer) + self._writing + len(self._steps) + self._recording
 
     async def run(self) -> None:
         """Write until closed and empty. Never drops a settlement on a Redis error."""
         while True:
+            if self._steps:
+                await self._record_steps()
             starts = self._due_starts()
             if not self._buffer and not starts:
                 if self._closing:

@@ -49,6 +49,7 @@ from .revocations import Revocations
 from .threads import TaskThreads
 from .timelimits import TimeLimit, TimeLimits
 from .waits import wait_set
+from .workflow_steps import StepRecorder, is_step, step_of
 
 log = logging.getLogger("blitzq.worker")
 
@@ -215,7 +216,8 @@ class Worker:
         self.threads = TaskThreads(cfg.thread_count, loop)
         self.time_limits = TimeLimits(loop, cfg.time_limit_grace, self._thread_stuck)
         self.flusher = Flusher(self.broker, self.name, self._settled_callback(),
-                               self._fallback, self._unwritten_starts)
+                               self._fallback, self._unwritten_starts,
+                               StepRecorder(self.broker, self.client.workflows.launcher))
         self.executor = executor = self._build_executor(self.threads)
         self._settle = settle = self._traced_settle()
         broker, name, inflight, options = self.broker, self.name, self.inflight, self.settle_options
@@ -492,6 +494,12 @@ class Worker:
                         settlement = settlement._replace(started_ms=0)
                 elif settlement.kind == REQUEUE and not settlement.started_ms:
                     settlement = settlement._replace(started_ms=held.started_ms)  # interrupted
+            message = held.message
+            if message is not None and message.headers and is_step(message, settlement):
+                step = step_of(message, settlement)
+                if step is not None:  # recorded in its workflow before it is written
+                    self.flusher.add_after(settlement, step)
+                    return
             self.flusher.add(settlement)
             if self._forced or self._stopping.is_set():
                 self._room.set()  # _drain waits for running attempts to end

@@ -56,6 +56,7 @@ from .store import (
     redact,
     run_until,
 )
+from .workflows import RedisWorkflowStore
 
 log = logging.getLogger("blitzq.broker")
 
@@ -159,6 +160,7 @@ class RedisBroker:
         self.metrics = RedisMetricsStore(self)
         self.history = RedisHistoryStore(self)
         self.attachments = RedisAttachmentStore(self)
+        self.workflows = RedisWorkflowStore(self)
 
     def lease(self, queue: str, purpose: str, token: str, ttl_ms: int) -> RedisLease:
         """The lease of ``purpose`` on ``queue`` for the holder ``token`` (lease.py)."""

@@ -81,6 +81,11 @@ key                                     type      holds
                                                   schedule sources (a database edit)
 ``bq:{ns}:schedules:v``                 string    version of the schedules, INCR with each
                                                   change (read every 2 s: a missed publish)
+``bq:{ns:wf:<id>}``                     hash      one workflow's state (engine/core/workflow.py
+                                                  lists its fields): its own hash tag, so its
+                                                  steps (workflow.lua) touch one slot; no TTL
+                                                  until final, then record_ttl
+``bq:{ns:wf:<id>}:done``                channel   published when the workflow becomes final
 ``bq:{ns}:queues``                      set       every queue a message was written to: SADD by
                                                   producers the first time a process writes
                                                   to a queue (and again every few minutes),
@@ -287,6 +292,15 @@ class Keyspace:
     def seen_queues(self) -> str:
         """The set of every queue a message was written to (runworker serves them)."""
         return f"{PREFIX}:{{{self.namespace}}}:queues"
+
+    def workflow(self, workflow_id: str) -> str:
+        """The hash of one workflow, under a hash tag of its own (a queue name cannot hold
+        ':', so no queue's tag is ``{ns:wf:...}``)."""
+        return f"{PREFIX}:{{{self.namespace}:wf:{workflow_id}}}"
+
+    def workflow_channel(self, workflow_id: str) -> str:
+        """Published with the workflow's final state."""
+        return f"{PREFIX}:{{{self.namespace}:wf:{workflow_id}}}:done"
 
     def all_keys_pattern(self) -> str:
         """Glob over every key of this namespace (for purge in tests and tools).
