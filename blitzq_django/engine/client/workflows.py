@@ -727,7 +727,7 @@ def info(raw: dict[str, bytes], records: dict[str, Record]) -> wf.WorkflowInfo:
     def task_node(at: int | str, path: str) -> wf.WorkflowNode:
         message = decode(wf.Member.unpack(h[f"m:{at}"]).payload, 1 << 62)
         kind_state = h.get(f"s:{at}")
-        common = {"kind": wf.TASK, "node": at, "path": path, "task": message.task,
+        common: dict[str, Any] = {"kind": wf.TASK, "node": at, "path": path, "task": message.task,
                   "message_id": message.id, "queue": message.queue}
         if kind_state is not None:
             done = wf.Outcome.unpack(h[f"o:{at}"])
