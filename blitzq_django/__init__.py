@@ -2,7 +2,7 @@
 
 What an application imports is here, one spelling each::
 
-    from blitzq_django import blitzq_task, get_client, task_failed
+    from blitzq_django import blitzq_task, get_client, get_handle, task_failed
     from blitzq_django.periodic import periodic
 
 (``periodic`` stays in its package's name: ``blitzq_django.periodic`` is the package of
@@ -29,6 +29,7 @@ _TESTING = "blitzq_django.testing"
 _EXPORTS = {
     "blitzq_task": "blitzq_django.tasks.decorators",
     "get_client": "blitzq_django.runtime",
+    "get_handle": "blitzq_django.runtime",
     "enqueue_on_commit": "blitzq_django.transactions",
     "DEFAULT_REDACT": "blitzq_django.engine.core.redact",
     **dict.fromkeys([
@@ -50,7 +51,7 @@ __all__ = [
     "ConfigurationError", "Record", "ResultTimeout", "Retry", "RetryPolicy", "TaskCancelled",
     "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle", "TimeLimitExceeded",
     "WorkflowCancelled", "WorkflowFailed", "WorkflowHandle", "__version__", "blitzq_task",
-    "chain", "chord", "current_task", "enqueue_on_commit", "get_client", "group",
+    "chain", "chord", "current_task", "enqueue_on_commit", "get_client", "get_handle", "group",
     "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed",
     "task_retried", "task_started", "task_succeeded", "workflow_finished", "workflow_started",
 ]
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
         current_task,
     )
     from .engine.core.redact import DEFAULT_REDACT
-    from .runtime import get_client
+    from .runtime import get_client, get_handle
     from .signals import (
         task_cancelled,
         task_dead_lettered,

@@ -25,7 +25,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
 from . import settings
-from .engine import Client, MemoryBroker, RedisBroker
+from .engine import Client, MemoryBroker, RedisBroker, TaskHandle
 from .engine.errors import BlitzqError
 from .registry import registry
 from .settings import get_settings, url_problem
@@ -231,3 +231,17 @@ def _drop_client() -> None:
 
 
 settings.on_reset(_drop_client)
+
+
+def get_handle(message_id: str, *, queue: str | None = None) -> TaskHandle[Any]:
+    """The handle of message ``message_id`` (Celery's ``AsyncResult(id)``): its
+    ``result()``, ``record()``, ``inspect()``, ``progress()`` and ``cancel()``.
+
+    ``queue``: the message's queue. Without it, the queue Redis keeps the message's
+    record or schedule on, the default queue looked at first (one read per queue seen);
+    when the message is found on none (waiting with TRACK_STATE off, or its record
+    expired) it is the default queue if that is the only queue, else ``LookupError``.
+    ``task.handle(id)`` needs no lookup: it knows its task's queue. From async code:
+    ``await get_client().ahandle(id, queue=...)``.
+    """
+    return get_client().handle(message_id, queue=queue)

@@ -3,7 +3,7 @@
 ::
 
     from django.dispatch import receiver
-    from blitzq_django.signals import task_failed
+    from blitzq_django import task_failed
 
     @receiver(task_failed, sender=charge_card)     # or without sender: every task
     def alert(sender, task_name, message_id, exception, **kwargs): ...
@@ -75,14 +75,34 @@ from .engine.worker.listeners import Listener, Settled, Started
 from .registry import registry
 
 task_enqueued = Signal()
+"""Sent by the enqueuing process after each message is enqueued (``enqueue``,
+``aenqueue``, ``enqueue_many``, ``aenqueue_many``). Extra keyword: ``handle``."""
 task_started = Signal()
+"""Sent by the worker when an attempt begins."""
 task_succeeded = Signal()
+"""Sent by the worker when the task returned. Extra keywords: ``result``, ``duration``
+(seconds)."""
 task_failed = Signal()
+"""Sent by the worker when the last attempt raised and no retry follows. Extra
+keywords: ``exception``, ``error_type``, ``error_message``, ``traceback``,
+``dead_lettered``, ``duration``."""
 task_retried = Signal()
+"""Sent by the worker when an attempt raised and another is due. Extra keywords:
+``exception``, ``error_type``, ``error_message``, ``traceback``, ``retry_at`` (an
+aware datetime), ``duration``."""
 task_dead_lettered = Signal()
+"""Sent by the worker when the message went to the dead letters. Extra keywords:
+``reason``, ``exception``, ``error_type``, ``error_message``."""
 task_cancelled = Signal()
+"""Sent by the worker when ``cancel()`` reached the message. Extra keyword:
+``interrupted`` (it was running)."""
 workflow_started = Signal()
+"""Sent by the history writer, once per workflow, when it wrote that the workflow was
+enqueued. Keywords: ``workflow_id``, ``kind``, ``queue``, ``state``, ``started_at``."""
 workflow_finished = Signal()
+"""Sent by the history writer, once per workflow, when it wrote that the workflow ended
+(``succeeded``, ``failed``, ``cancelled``). Keywords: those of ``workflow_started``, and
+``finished_at``, ``duration`` (seconds), ``error_type``."""
 
 #: The signals sent by the worker.
 WORKER_SIGNALS = (task_started, task_succeeded, task_failed, task_retried,

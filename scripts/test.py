@@ -16,6 +16,9 @@ the end lists them all:
 2. ``ruff check`` over the code, ``lint-imports`` (contracts in ``.importlinter``),
    ``mypy`` over ``blitzq_django/`` and ``tests/test_types.py`` (``[tool.mypy]`` in
    pyproject.toml).
+   Then the documentation site is built as CI builds it (``scripts/docs.py``:
+   ``mkdocs build --strict``, every internal link and anchor checked; ``--no-docs``
+   skips it).
 3. pytest over ``tests/`` (SQLite). Exit code 5, "no tests collected", is a failure.
    Before it, one Redis Cluster (3 masters with a replica each) and one Sentinel set
    (1 master, 2 replicas, 3 sentinels) start on free loopback ports from
@@ -532,6 +535,16 @@ def start_django6_pass(dj_args: list[str] | None,
     return PytestBeside(DJ6_PASS, VENV_DJ6, dj_args, env, detail)
 
 
+def step_docs() -> Step:
+    """The documentation site, built as CI builds it (scripts/docs.py: mkdocs --strict,
+    so a warning, a broken link or anchor, or an unreadable docstring fails)."""
+    banner("docs (mkdocs build --strict)")
+    started = time.monotonic()
+    code, found = run([sys.executable, str(ROOT / "scripts" / "docs.py")])
+    return Step("docs", "PASS" if code == 0 else "FAIL", time.monotonic() - started,
+                "" if code == 0 else found or f"exit {code}")
+
+
 # -- main --------------------------------------------------------------------------
 
 
@@ -556,6 +569,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "run a fresh site: scripts/wheel_check.py)")
     parser.add_argument("--no-lint", action="store_true",
                         help="skip ruff, lint-imports and mypy (quick local runs only)")
+    parser.add_argument("--no-docs", action="store_true",
+                        help="skip building the documentation site (quick local runs only)")
     options, unknown = parser.parse_known_args(argv)
     return options, unknown + passthrough
 
@@ -579,6 +594,8 @@ def main(argv: list[str]) -> int:
             steps.append(step_ruff(VENV))
             steps.append(step_imports(VENV))
             steps.append(step_mypy(VENV))
+        steps.append(step_docs() if not options.no_docs
+                     else Step("docs", "SKIP", 0, "--no-docs"))
 
         sqlite_env = venv_env(VENV)
         for name in DB_ENV:

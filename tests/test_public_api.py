@@ -24,7 +24,7 @@ TOP_LEVEL = [
     "DEFAULT_REDACT", "Record", "ResultTimeout", "Retry", "RetryPolicy", "TaskCancelled",
     "TaskContext", "TaskExpired", "TaskFailed", "TaskHandle", "TimeLimitExceeded",
     "WorkflowCancelled", "WorkflowFailed", "WorkflowHandle", "__version__", "blitzq_task",
-    "chain", "chord", "current_task", "enqueue_on_commit", "get_client", "group",
+    "chain", "chord", "current_task", "enqueue_on_commit", "get_client", "get_handle", "group",
     "task_cancelled", "task_dead_lettered", "task_enqueued", "task_failed", "task_retried",
     "task_started", "task_succeeded", "workflow_finished", "workflow_started",
 ]
@@ -109,7 +109,7 @@ _IMPORT = re.compile(r"^\s*from (blitzq_django[\w.]*) import ([\w, ]+?)(?:\s*#.*
 def _taught_imports() -> list[tuple[str, str, str]]:
     """(file, module, name) of every ``from blitzq_django... import name`` in the docs, the
     README and the example project."""
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
              *sorted((ROOT / "testproject").rglob("*.py"))]
     found = []
     for path in files:

@@ -97,3 +97,14 @@ def handles_built_without_a_task_hold_any() -> None:
 def test_this_file_is_checked_by_mypy() -> None:
     """pytest only imports this file; scripts/test.py runs mypy over it."""
     assert callable(decorated_tasks_keep_their_types)
+
+
+def celery_style_calls() -> None:
+    @blitzq_task
+    def add(x: int, y: int = 0) -> int:
+        return x + y
+
+    assert_type(add.delay(1, 2), TaskHandle[int])
+    assert_type(add.apply_async((1, 2), countdown=5), TaskHandle[int])
+    assert_type(add.handle("0" * 32).result(), int)
+    add.delay("one")  # type: ignore[arg-type]

@@ -60,9 +60,34 @@ _sources: list[ScheduleSource] = []
 
 
 def periodic(schedule: Any = None, /, **options: Any) -> TaskDecorator:
-    """``@periodic(cron_or_seconds, tz=..., args=..., missed=..., name=..., **task_options)``:
-    a task (as ``@blitzq_task``) that also runs on a schedule. ``cron=`` or ``every=`` may
-    be given instead of the first argument."""
+    """A task (as ``@blitzq_task``) that also runs on a schedule, dispatched by
+    ``manage.py runscheduler``: ``@periodic("0 3 * * *", tz="Europe/Berlin")``,
+    ``@periodic(every=60)``. Every option of ``@blitzq_task`` is accepted too.
+
+    Args:
+        schedule (str | float | timedelta | None): A cron expression (or nickname such as
+            ``"@daily"``), or an interval in seconds or a timedelta; instead, ``cron=``
+            or ``every=``.
+
+    Keyword Args:
+        cron (str): Five fields ``minute hour day-of-month month day-of-week``, or a
+            nickname (``@hourly``, ``@daily``, ``@weekly`` ...). Default: none.
+        every (float | timedelta): An interval (at least 0.01 s), aligned on the epoch.
+            Default: none.
+        tz (str): The IANA time zone of a cron schedule. Default: ``settings.TIME_ZONE``.
+        args (list): Fixed positional arguments of every run. Default: ``()``.
+        kwargs (dict): Fixed keyword arguments of every run. Default: ``{}``.
+        missed (str): What to do about occurrences missed while no scheduler ran:
+            ``"skip"``, ``"run_once"`` or ``"run_all"``. Default: ``"run_once"``.
+        catch_up (int): ``run_all`` runs at most this many missed occurrences (the most
+            recent). Default: ``100``.
+        grace (float): Seconds: with ``skip``, an occurrence reached at most this late
+            still runs. Default: ``10``.
+        name (str): The schedule's name (one name, one schedule). Default: the task's
+            name.
+        enabled (bool): A disabled schedule is listed but not dispatched. Default:
+            ``True``.
+    """
     if callable(schedule):
         raise TypeError("@periodic needs a schedule: @periodic('0 3 * * *'), "
                         "@periodic(every=60) or @periodic(cron='@daily', tz='Europe/Berlin')")

@@ -2,7 +2,7 @@
 
 ::
 
-    from blitzq_django.decorators import blitzq_task
+    from blitzq_django import blitzq_task
 
     @blitzq_task(queue="emails", retries=3, timeout=30)
     def send_welcome(user_id: int) -> None: ...
@@ -36,6 +36,7 @@ from ..settings import user_settings
 from ..signals import asend_enqueued, send_enqueued, task_enqueued
 from ..transactions.effects import wrap as effectively_once
 from ..transactions.on_commit import TransactionalEnqueue, enqueue_on_commit
+from .celery_calls import CeleryCalls
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,9 +50,11 @@ TASK_OPTIONS = frozenset({
 })
 
 
-class BlitzqTask(TransactionalEnqueue, Task[P, R]):
+class BlitzqTask(TransactionalEnqueue, Task[P, R], CeleryCalls[P, R]):
     """An engine Task whose client is settings.BLITZQ's, with Django helpers: the
-    ``using=`` and ``durable=`` options and ``enqueue_on_commit`` (transactions/on_commit.py)."""
+    ``using=`` and ``durable=`` options and ``enqueue_on_commit`` (transactions/on_commit.py),
+    and Celery's call style: ``delay()``, ``apply_async()``, ``handle(id)``
+    (celery_calls.py)."""
 
     def __init__(self, spec: TaskSpec, client: Callable[[], Any] = get_client,
                  call: CallOptions | None = None, *, queue_declared: bool = True) -> None:
@@ -159,20 +162,70 @@ def blitzq_task(func: None = None, /, **options: Any) -> TaskDecorator: ...
 
 
 def blitzq_task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Register ``func`` as a task. Bare (``@blitzq_task``) or with options:
+    """Register ``func`` as a task: bare (``@blitzq_task``) or with options
+    (``@blitzq_task(queue="emails", retries=3)``).
 
-    name (default module.qualname), queue (default BLITZQ["DEFAULT_QUEUE"]), retries,
-    initial_delay, max_delay, factor, jitter, retry_on, dont_retry_on, retry (a
-    RetryPolicy), timeout (seconds per attempt), store_result, dead_letter, rate_limit
-    ("10/s", "100/m", "1000/h") and rate_key (a bucket of BLITZQ["RATE_LIMITS"], or a
-    callable of the task's arguments naming one; see docs/rate-limits.md),
-    effectively_once (True or a database alias: the body's database writes commit at
-    most once per message, transactions/effects.py; `def` tasks only), schedule (a cron
-    expression, seconds, a timedelta, or a dict of cron/every, tz, args, kwargs, missed...:
-    the task also runs periodically, blitzq_django/periodic/, docs/scheduling.md).
     ``async def`` tasks run on the worker's event loop; ``def`` tasks on its thread pool,
-    or with executor="process" in a pool of child processes (CPU-bound code; a function
-    defined at the top level of its module; BLITZQ["PROCESS_POOL_SIZE"]; docs/executors.md).
+    or in a pool of child processes with ``executor="process"``. The options are checked
+    here, at decoration: an unknown one raises TypeError naming the closest, a bad value
+    ImproperlyConfigured naming the task.
+
+    Keyword Args:
+        name (str): The task's name in messages. Default: ``module.qualname`` of the
+            function.
+        queue (str): Its queue. Default: ``BLITZQ["DEFAULT_QUEUE"]`` at enqueue time; a
+            call's ``options(queue=)`` and ``BLITZQ["ROUTES"]`` come first.
+        retries (int): Retries after a failed attempt (N retries = N + 1 attempts).
+            Default: ``0``.
+        initial_delay (float): Seconds before the first retry. Default: ``1.0``.
+        max_delay (float): The longest wait between retries, in seconds. Default:
+            ``300.0``.
+        factor (float): Each retry waits ``factor`` times the previous wait. Default:
+            ``2.0``.
+        jitter (bool): Wait a random time up to the backoff ("full jitter"), so that
+            failures do not retry in lockstep. Default: ``True``.
+        retry_on (type | tuple[type, ...]): Only these exceptions are retried. Default:
+            ``(Exception,)``.
+        dont_retry_on (type | tuple[type, ...]): These exceptions fail at once, never
+            retried. Default: ``()``.
+        retry (RetryPolicy): The five options above as one object (instead of them).
+            Default: ``None``.
+        timeout (float | None): Seconds an attempt may run; then it fails with
+            TimeLimitExceeded (and may be retried). Default: ``None`` (no limit).
+        store_result (bool | None): Keep the final record (result or error) for
+            ``RESULT_TTL``. Default: ``None``, meaning ``BLITZQ["STORE_RESULTS"]``.
+        dead_letter (bool): A final failure goes to the dead letters (replayable);
+            ``False`` records it as failed only. Default: ``True``.
+        on_failure (Callable[[Record], Any] | None): Called with the record of each
+            failed attempt. Default: ``None``.
+        on_dead_letter (Callable[[DeadLetter], Any] | None): Called with the dead letter
+            of a final failure. Default: ``None``.
+        expires (float | timedelta | datetime | None): A message not started by then
+            (seconds from enqueue, a timedelta, or an aware datetime) is dropped as
+            expired. Default: ``None``.
+        priority (str | None): The lane of its messages: ``"high"``, ``"normal"`` or
+            ``"low"``. Default: ``None`` (normal).
+        unique (bool): While a message with the same arguments is unfinished, another
+            enqueue adds nothing and returns its handle. Default: ``False``.
+        rate_limit (str | None): At most this many runs across all workers: ``"10/s"``,
+            ``"100/m"``, ``"1000/h"``. Default: ``None``.
+        rate_key (str | Callable[..., str] | None): The bucket the rate applies to: a
+            name of ``BLITZQ["RATE_LIMITS"]``, or a callable of the task's arguments
+            returning one. Default: ``None`` (the task's own bucket).
+        effectively_once (bool | str): The body's database writes commit at most once
+            per message (``True``: the default database; or an alias). ``def`` tasks
+            only. Default: ``False``.
+        schedule (str | float | timedelta | dict | None): Also run the task
+            periodically: a cron expression, seconds, a timedelta, or a dict of
+            ``cron``/``every``, ``tz``, ``args``, ``kwargs``, ``missed``. Default: ``None``.
+        executor (str): Where a ``def`` task runs: ``"thread"`` (the worker's threads) or
+            ``"process"`` (child processes, for CPU-bound code; a function at the top
+            level of its module). Default: ``"thread"``.
+
+    Returns:
+        The task (a BlitzqTask): call it to run the function here, or ``enqueue()``,
+        ``aenqueue()``, ``enqueue_many()``, ``enqueue_on_commit()``, ``delay()``,
+        ``apply_async()``, ``options(...)`` to send it to a worker.
     """
     unknown = set(options) - TASK_OPTIONS
     if unknown:

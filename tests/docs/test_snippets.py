@@ -22,8 +22,13 @@ from ..support.snippets import Session, SnippetError, extract, page_env, parse_m
 ROOT = Path(__file__).resolve().parents[2]
 #: page -> the pages a reader follows first, in the same directory and session (a
 #: migration guide may start where the quickstart ends: "docs/quickstart.md" there).
+#: The migration guides start from an empty directory: their readers have a project.
 PAGES: dict[str, list[str]] = {
     "docs/quickstart.md": [],
+    "docs/migrating/celery.md": [],
+    "docs/migrating/django-tasks.md": [],
+    "docs/migrating/django-rq.md": [],
+    "docs/migrating/django-q2.md": [],
 }
 BIN = Path(sys.executable).parent
 

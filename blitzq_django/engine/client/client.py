@@ -26,7 +26,7 @@ from ..core.registry import Cancellation, Purged, QueueStats, WorkerInfo
 from ..core.task import DEFAULT_QUEUE, TaskRegistry, TaskSpec
 from ..core.validate import check, expiry_ms, priority_lane
 from ..errors import ConfigurationError, MessageDecodeError, QueueBusy, ResultTimeout
-from . import inspection, schedules
+from . import handles, inspection, schedules
 from .context import inherited_headers
 from .dead_letters import DeadLetters
 from .schedules import ScheduleRegistry
@@ -470,6 +470,24 @@ class Client:
     async def aprogress(self, message_id: str, *, queue: str | None = None
                         ) -> Progress | None:
         return await progress.aread(self.broker, queue or self.default_queue, message_id)
+
+    def handle(self, message_id: str, *, queue: str | None = None) -> TaskHandle:
+        """The handle of message ``message_id``, as enqueue returned it (Celery's
+        ``AsyncResult(id)``). Without ``queue=``, the queue is the one Redis keeps the
+        message's record or schedule on (client/handles.py); LookupError when that
+        cannot be told."""
+        message_id = handles.checked_id(message_id)
+        if queue is not None:
+            return TaskHandle(message_id, check_name("queue", queue), self)
+        return TaskHandle(message_id, handles.find_queue(
+            self.broker, message_id, default_queue=self.default_queue), self)
+
+    async def ahandle(self, message_id: str, *, queue: str | None = None) -> TaskHandle:
+        message_id = handles.checked_id(message_id)
+        if queue is not None:
+            return TaskHandle(message_id, check_name("queue", queue), self)
+        return TaskHandle(message_id, await handles.afind_queue(
+            self.broker, message_id, default_queue=self.default_queue), self)
 
     def inspect(self, message_id: str, *, queue: str | None = None) -> Record | None:
         """What is known of a message now, or None: its final record; ``scheduled`` (or

@@ -29,7 +29,37 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallOptions:
-    """Per-call options of ``task.options(...)``; None inherits from the task."""
+    """Per-call options of ``task.options(...)``: each applies to the enqueues of the
+    copy it returns; ``None`` (every default) inherits from the task. Checked when
+    ``options()`` is called: a bad value raises ConfigurationError naming the option.
+
+    Attributes:
+        queue (str | None): The queue, before ``BLITZQ["ROUTES"]`` and the task's own.
+        task_id (str | None): The message id (1 to 200 characters), instead of a random
+            one; while a message of that id is unfinished, another enqueue of it adds
+            nothing and returns its handle.
+        delay (float | None): Seconds from now before it may run (not with ``eta``).
+        eta (datetime | None): When it may run, an aware datetime (not with ``delay``).
+        timeout (float | None): Seconds an attempt may run, instead of the task's.
+        idempotency_key (str | None): A second enqueue with this key within
+            ``IDEMPOTENCY_TTL`` adds nothing and returns the first message's handle,
+            even after it ran.
+        headers (dict | None): Headers the message carries (``current_task().headers``)
+            and the tasks it enqueues inherit.
+        retries (int | None): Retries of this message, instead of the task's.
+        initial_delay (float | None): Its first retry's wait, in seconds.
+        max_delay (float | None): Its longest retry wait, in seconds.
+        factor (float | None): Its backoff factor.
+        jitter (bool | None): Whether its retry waits are randomised.
+        expires (float | timedelta | datetime | None): Not started by then, it is
+            dropped as expired (seconds from enqueue, a timedelta, an aware datetime).
+        priority (str | None): ``"high"``, ``"normal"`` or ``"low"``.
+        unique (bool | None): At most one unfinished message of these arguments.
+
+    In a Django project, ``options()`` also takes ``using`` (the database alias whose
+    transaction ``enqueue_on_commit`` waits for) and ``durable`` (``True`` or an outbox
+    name: the message is written to the outbox table in the caller's transaction).
+    """
 
     queue: str | None = None
     task_id: str | None = None
