@@ -23,10 +23,9 @@ from ...settings import get_settings, redact_names
 
 
 class Command(BaseCommand):
-stats, workers, health, schedules, inspect, cancel, purge, forget-queue, dead-letters, events,
-workflow: the same commands, flags, output and exit codes as ``python -m
-blitzq_django.engine <command> APP`` (one implementation, engine/cli/ops.py; docs/cli.md),
-with ``get_client()`` as the client.
+    help = ("Look at and operate the blitzq queues: stats, workers, health, schedules, inspect, "
+            "cancel, purge, forget-queue, dead-letters, events, workflow (inspect, cancel); "
+            "task history: history, prune-history. Exit codes: 0 done, "
             "1 not found or nothing matched, 2 usage or bad input, 3 Redis unavailable, 4 refused.")
     # Ops must work on a project whose other apps have failing checks (that is often
     # when an operator needs them); our own settings are checked by get_client().
