@@ -100,6 +100,7 @@ def dedicated_pool(client: Any, seconds: float, key: str = "") -> redis.Connecti
         kwargs["host"], kwargs["port"] = pool.get_master_address()
         connection_class = (redis.SSLConnection if issubclass(
             connection_class, redis.connection.SSLConnection) else redis.Connection)
+    seconds = max(seconds, 0.001)  # a deadline already past: the first read times out
     for name in ("socket_timeout", "socket_connect_timeout"):
         kwargs[name] = min(kwargs.get(name) or seconds, seconds)
     return redis.ConnectionPool(connection_class=connection_class, **kwargs)
