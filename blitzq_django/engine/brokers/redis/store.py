@@ -174,6 +174,10 @@ class SyncStore:
         self._local = threading.local()
         #: a Redis Cluster: commands are routed by redis-py, one node per slot
         self.cluster = topology.is_cluster(client)
+        # A cluster keeps a pool per node: no connection of a thread's own. Replaced here
+        # rather than tested in _own(), which is every enqueue's path on one server.
+        if self.cluster:
+            self._own = lambda: client  # type: ignore[method-assign]
 
 
     @classmethod
@@ -184,9 +188,7 @@ class SyncStore:
         """This thread's client, made again in a forked child (the parent's connection is
         not its own: redis-py closes the child's copy without shutting the socket down)."""
         # On Sentinel, the kept connection asks the sentinels for the master whenever it
-        # reconnects (topology.SentinelConnection).
-        if self.cluster:  # RedisCluster keeps a pool per node: no connection of its own
-            return self.client
+        # reconnects (topology.SentinelConnection). A cluster: see __init__.
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
             local.client = redis.Redis(connection_pool=self.client.connection_pool,
