@@ -325,9 +325,10 @@ class Listener:
         self._sharded = sharded
 
     async def subscribe(self, *channels: str) -> None:
-        if self._sharded:
+        if topology.is_cluster(self._client):
             # the slot map, which a first command would have read (the channels' nodes)
             await self._client.initialize()
+        if self._sharded:
             await self._pubsub.ssubscribe(*channels)
         else:
             await self._pubsub.subscribe(*channels)
