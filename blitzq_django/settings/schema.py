@@ -36,7 +36,9 @@ class Setting:
 SETTINGS: dict[str, Setting] = {
     "REDIS_URL": Setting(
         None, (str, NONE), "a URL string, a callable returning one, or None",
-        doc=('Where Redis is: a redis://, rediss:// or unix:// URL, or a zero-argument '
+        doc=('Where Redis is: a redis://, rediss:// or unix:// URL, a Sentinel set '
+             '(redis+sentinel://h1:26379,h2:26379/<service>[/<db>]) or a Redis Cluster '
+             '(redis+cluster://h1:6379,h2:6379), rediss+ for TLS, or a zero-argument '
              'callable returning one (called when the client is built: secrets stores, '
              'embedded servers). None means: the REDIS_URL environment variable, else '
              'redis://localhost:6379/0.')),

@@ -73,6 +73,21 @@ def test_redact_masks_passwords_of_every_topology(url: str, shown: str) -> None:
     assert RedisBroker(url).location == shown
 
 
+def test_sentinel_options_go_to_the_sentinels_or_the_servers() -> None:
+    url = "rediss+sentinel://:pw@127.0.0.1:1/svc/2"
+    client = topology.sync_client(url, {"sentinel_kwargs": {"password": "s"},
+                                        "socket_timeout": 3, "max_connections": 4})
+    manager = client.connection_pool.sentinel_manager
+    assert manager.sentinel_kwargs == {"password": "s"}
+    kwargs = client.connection_pool.connection_kwargs
+    assert (kwargs["password"], kwargs["db"], kwargs["socket_timeout"]) == ("pw", 2, 3)
+    assert client.connection_pool.connection_class is topology.SentinelSSLConnection
+    # without sentinel_kwargs: the socket, TLS and retry options, never the password
+    client = topology.sync_client(url, {"socket_timeout": 3, "max_connections": 4})
+    assert client.connection_pool.sentinel_manager.sentinel_kwargs == {
+        "socket_timeout": 3, "ssl": True}
+
+
 def test_replica_reads_are_refused() -> None:
     with pytest.raises(ValueError, match="replicas"):
         topology.sync_client("redis+cluster://127.0.0.1:1", {"read_from_replicas": True})
