@@ -251,7 +251,8 @@ class SyncStore:
         """A cluster pipeline cannot route a keyless command: a WAIT (replica_wait) goes
         to the node of the key it names, after that node's writes, on their connection."""
         if op.keys and op.command[:1] == ("WAIT",):
-            return {"target_nodes": self.client.get_node_from_key(op.keys[0])}
+            cluster: Any = self.client
+            return {"target_nodes": cluster.get_node_from_key(op.keys[0])}
         return {}
 
     def _cluster_pipeline(self, ops: Sequence[Op]) -> list[Any]:
@@ -269,7 +270,8 @@ class SyncStore:
                 # Its node is gone or moved: read the slot map again for the next call.
                 replies[i] = 0
                 with contextlib.suppress(redis.RedisError, OSError):
-                    self.client.nodes_manager.initialize()
+                    cluster: Any = self.client
+                    cluster.nodes_manager.initialize()
             elif isinstance(reply, topology.NOT_RUN):
                 try:
                     replies[i] = self.client.execute_command(*_command(ops[i]))
