@@ -235,8 +235,6 @@ def run(kind: str, tmp: Path, *, wait: tuple[int, int] | None, kills: int, rate:
                 # The dead node comes back as a replica meanwhile: on a cluster of one
                 # replica per master the promoted master has none until then, and with
                 # the replica wait no enqueue can be confirmed before it.
-                # (The restart stays on this thread: a node dies with the thread that
-                # started it, PR_SET_PDEATHSIG.)
                 first: list[Any] = []
                 look = threading.Thread(target=_look_into, args=(
                     first, w, producer, killed_at))
