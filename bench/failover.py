@@ -17,10 +17,11 @@ failover's own time and the time from the kill to the first completion of a mess
 enqueued after it.
 
 Cost (``--only cost``): on a master with two replicas (the Sentinel set's, reached
-directly: the replica wait is the same WAIT on any topology), rounds interleaved:
-enqueue-single (µs per ``task.enqueue``, one producer thread) and dispatch (tasks/s of
-an in-process worker draining 5,000 no-op tasks, results stored), with and without the
-wait. Medians of the rounds.
+directly: the replica wait is the same WAIT on any topology): enqueue-single (µs of
+each ``task.enqueue``, one client without and one with the wait taking turns call by
+call, so the machine's load falls on both alike; p50 and p90 of all calls) and
+dispatch (tasks/s of an in-process worker draining 5,000 no-op tasks, results stored;
+rounds interleaved, medians).
 
 This machine has 2 cores, shared by Redis, the workers and the producer: the figures
 say what a failover does to the counts, and the relative cost of the wait; absolute
@@ -95,16 +96,23 @@ def _client(url: str, wait: tuple[int, int] | None) -> Client:
     return client
 
 
-def enqueue_single_us(url: str, wait: tuple[int, int] | None, n: int) -> float:
-    client = _client(url, wait)
-    task = client.registry.get("noop")
-    client.enqueue(task, (0,))  # connects, writes the seen queues
-    start = time.perf_counter()
+def enqueue_single_pairs(url: str, n: int) -> tuple[list[float], list[float]]:
+    """Per-call µs of ``task.enqueue``, without and with the wait, the two clients taking
+    turns call by call (so the machine's load falls on both alike)."""
+    clients = [_client(url, None), _client(url, WAIT)]
+    tasks = [c.registry.get("noop") for c in clients]
+    for client, task in zip(clients, tasks, strict=True):
+        client.enqueue(task, (0,))  # connects, writes the seen queues
+    times: tuple[list[float], list[float]] = ([], [])
+    clock = time.perf_counter
     for i in range(n):
-        client.enqueue(task, (i,))
-    elapsed = time.perf_counter() - start
-    client.broker.close()
-    return elapsed / n * 1e6
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+            began = clock()
+            clients[k].enqueue(tasks[k], (i,))
+            times[k].append((clock() - began) * 1e6)
+    for client in clients:
+        client.broker.close()
+    return times
 
 
 def dispatch_per_s(url: str, wait: tuple[int, int] | None, n: int) -> float:
@@ -129,31 +137,37 @@ async def _noop(i: int = 0) -> int:
 
 
 def cost(rounds: int, single_n: int, dispatch_n: int) -> list[dict[str, Any]]:
-    samples: dict[tuple[str, str], list[float]] = {}
+    samples: dict[str, list[float]] = {"off": [], "on": []}
+    per_call: tuple[list[float], list[float]] = ([], [])
     with topology.started(topology.SentinelSet()) as sentinels:
         url = f"redis://127.0.0.1:{sentinels.master().port}/0"
         for r in range(rounds):
-            order = [None, WAIT] if r % 2 == 0 else [WAIT, None]
-            for wait in order:
-                name = "on" if wait else "off"
-                samples.setdefault(("enqueue-single µs", name), []).append(
-                    enqueue_single_us(url, wait, single_n))
-                samples.setdefault(("dispatch tasks/s", name), []).append(
-                    dispatch_per_s(url, wait, dispatch_n))
-            print(f"# cost round {r + 1}/{rounds}: "
-                  + ", ".join(f"{k[0]} {k[1]} {v[-1]:.1f}" for k, v in samples.items()),
-                  flush=True)
+            off, on = enqueue_single_pairs(url, single_n)
+            per_call[0].extend(off)
+            per_call[1].extend(on)
+            for wait in ([None, WAIT] if r % 2 == 0 else [WAIT, None]):
+                samples["on" if wait else "off"].append(dispatch_per_s(url, wait, dispatch_n))
+            print(f"# cost round {r + 1}/{rounds}: enqueue µs median off "
+                  f"{statistics.median(off):.0f} on {statistics.median(on):.0f}; dispatch "
+                  f"off {samples['off'][-1]:.0f} on {samples['on'][-1]:.0f}/s", flush=True)
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
     rows = []
-    for figure in ("enqueue-single µs", "dispatch tasks/s"):
-        off = statistics.median(samples[(figure, "off")])
-        on = statistics.median(samples[(figure, "on")])
-        rows.append({"figure": figure, "wait off (median)": round(off, 1),
-                     "wait on (median)": round(on, 1), "on/off": round(on / off, 2),
-                     "rounds": rounds,
-                     "spread off": f"{min(samples[(figure, 'off')]):.1f}-"
-                                   f"{max(samples[(figure, 'off')]):.1f}",
-                     "spread on": f"{min(samples[(figure, 'on')]):.1f}-"
-                                  f"{max(samples[(figure, 'on')]):.1f}"})
+    for name, q in (("enqueue-single µs per call, p50", 0.5),
+                    ("enqueue-single µs per call, p90", 0.9)):
+        off, on = pct(per_call[0], q), pct(per_call[1], q)
+        rows.append({"figure": name, "wait off": round(off, 1), "wait on": round(on, 1),
+                     "on - off": round(on - off, 1),
+                     "samples": f"{len(per_call[0]):,} calls each, turn about"})
+    off, on = statistics.median(samples["off"]), statistics.median(samples["on"])
+    rows.append({"figure": "dispatch tasks/s (median of rounds)", "wait off": round(off),
+                 "wait on": round(on), "on - off": round(on - off),
+                 "samples": f"{rounds} rounds: off {min(samples['off']):.0f}-"
+                            f"{max(samples['off']):.0f}, on {min(samples['on']):.0f}-"
+                            f"{max(samples['on']):.0f}"})
     return rows
 
 

@@ -125,11 +125,12 @@ def _command(op: Op) -> tuple[Any, ...]:
     return ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
 
 
-def _queue(pipe: Any, op: Op) -> None:
-    if op.keys and op.command[:1] == ("WAIT",) and hasattr(pipe, "get_node_from_key"):
-        # A cluster pipeline cannot route a keyless command: WAIT goes to the node of the
-        # key it names, after that node's writes, on the same connection.
-        pipe.execute_command(*op.command, target_nodes=pipe.get_node_from_key(op.keys[0]))
+def _queue(pipe: Any, op: Op, cluster: Any = None) -> None:
+    if cluster is not None and op.keys and op.command[:1] == ("WAIT",):
+        # A cluster pipeline cannot route a keyless command (redis.asyncio's would send
+        # it to some node): WAIT goes to the node of the key it names, after that
+        # node's writes, on their connection.
+        pipe.execute_command(*op.command, target_nodes=cluster.get_node_from_key(op.keys[0]))
         return
     pipe.execute_command(*_command(op))
 
@@ -253,7 +254,8 @@ class SyncStore:
         """A cluster pipeline cannot route a keyless command: a WAIT (replica_wait) goes
         to the node of the key it names, after that node's writes, on their connection."""
         if op.keys and op.command[:1] == ("WAIT",):
-            return {"target_nodes": self.client.get_node_from_key(op.keys[0])}
+            cluster: Any = self.client
+            return {"target_nodes": cluster.get_node_from_key(op.keys[0])}
         return {}
 
     def _cluster_pipeline(self, ops: Sequence[Op]) -> list[Any]:
@@ -265,10 +267,17 @@ class SyncStore:
              for i, op in enumerate(ops)],
             raise_on_error=False, allow_redirections=False))
         for i, reply in enumerate(replies):
-            if isinstance(reply, topology.NOT_RUN):
+            if isinstance(reply, topology.NOT_RUN) and ops[i].command[:1] == ("WAIT",):
+                # Sent again, on another connection, a WAIT would count that connection's
+                # writes (none), not those it follows: they are not known to be confirmed.
+                # Its node is gone or moved: read the slot map again for the next call.
+                replies[i] = 0
+                with contextlib.suppress(redis.RedisError, OSError):
+                    cluster: Any = self.client
+                    cluster.nodes_manager.initialize()
+            elif isinstance(reply, topology.NOT_RUN):
                 try:
-                    replies[i] = self.client.execute_command(*_command(ops[i]),
-                                                             **self._routed(ops[i]))
+                    replies[i] = self.client.execute_command(*_command(ops[i]))
                 except (redis.RedisError, OSError) as exc:
                     replies[i] = exc
         return replies
@@ -439,8 +448,9 @@ class AsyncStore:
 
     async def _pipeline(self, ops: Sequence[Op]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
+        cluster = self.client if self.cluster else None
         for op in ops:
-            _queue(pipe, op)
+            _queue(pipe, op, cluster)
         return await pipe.execute(raise_on_error=False)
 
     async def run_streamed(self, groups: Sequence[Sequence[Op]]) -> list[Any]:
