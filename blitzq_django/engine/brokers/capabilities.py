@@ -7,8 +7,8 @@ stub}.py``): the feature's logic stays in its own module (engine/progress.py,
 engine/metrics.py, engine/scheduler/, blitzq_django/history/) and stores through these,
 so no code outside the brokers knows which store it runs on, imports redis or formats a
 key. A broker exposes them as ``broker.progress``, ``broker.periodic``,
-``broker.metrics``, ``broker.history``, ``broker.attachments`` and
-``broker.lease(...)``; every error of the
+``broker.metrics``, ``broker.history``, ``broker.attachments``, ``broker.workflows``
+and ``broker.lease(...)``; every error of the
 store arrives as the engine's (errors.py), mapped at the broker's edge.
 """
 

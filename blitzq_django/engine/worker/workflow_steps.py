@@ -3,7 +3,7 @@ settlement is written (and its message acknowledged), its outcome is recorded in
 workflow and what follows is enqueued. A worker killed in between leaves the message
 pending: it is delivered again, and recording the same outcome again changes nothing
 but enqueues the same steps again, deduplicated by their fixed ids and keys. A plain
-message pays one look at its headers (``step_of``)."""
+message pays one look at its headers (``is_step``)."""
 
 from __future__ import annotations
 
