@@ -461,8 +461,44 @@ def test_a_steps_delay_counts_from_when_it_is_sent(client: Client, tasks: Any) -
     run_burst(client)
     info = handle.inspect()
     assert info is not None
-    first, second = info.members()
+    first, _second = info.members()
     assert first.state == "succeeded" and first.finished_ms is not None
     found = client.inspect(wf.member_id(handle.id, 2))
     assert found is not None and found.state == "scheduled"
     assert found.due_ms is not None and found.due_ms >= first.finished_ms + 59_000
+
+
+def test_a_step_its_workflow_refuses_is_settled_all_the_same(
+        broker: Any, client: Client, tasks: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # A workflow whose state is broken (here: its tree deleted by hand) refuses to record
+    # its step: after a few tries the message is settled anyway (not redelivered for
+    # ever), the error is logged, and the workflow waits until it is cancelled.
+    from blitzq_django.engine import RedisBroker
+
+    from .helpers import raw_redis
+
+    handle = chain(tasks.add.s(1, 1), tasks.add.s(1)).enqueue()
+    shapes = ["t:0", "t:1", "t:2"]
+    if isinstance(broker, RedisBroker):
+        raw_redis(broker).hdel(broker.keys.workflow(handle.id), *shapes)
+    else:
+        for name in shapes:
+            del broker.workflows._flows[handle.id][name]
+    run_burst(client)
+    assert client.queue_stats().ready == 0 and client.queue_stats().in_flight == 0
+    assert "settling its message without it" in caplog.text
+    assert handle.state() == "running"
+    assert handle.cancel() == "running"
+
+
+def test_a_single_step_and_an_unknown_workflow(client: Client, tasks: Any) -> None:
+    handle = tasks.add.s(2, 3).enqueue()
+    run_burst(client)
+    assert handle.result(timeout=5) == 5
+    info = handle.inspect()
+    assert info is not None and info.root.kind == "task" and info.root.path == ""
+    unknown = client.workflows.handle("nope")
+    assert unknown.state() == "" and unknown.inspect() is None
+    assert unknown.cancel() == ""
+    with pytest.raises(ResultTimeout, match="unknown"):
+        unknown.result(timeout=0.05)
