@@ -71,7 +71,8 @@ def test_invalid_paths(path: list[str]) -> None:
 
 def test_terminal_kinds() -> None:
     assert {"succeeded", "failed", "dead_lettered", "cancelled", "expired"} == ev.TERMINAL
-    assert ev.TERMINAL < ev.KINDS and len(ev.KINDS) == 12
+    assert ev.TERMINAL < ev.KINDS and len(ev.KINDS) == 16
+    assert ev.WORKFLOW_KINDS < ev.KINDS and not ev.WORKFLOW_KINDS & ev.TERMINAL
 
 
 def test_parse_maps_lua_false_to_none() -> None:

@@ -405,3 +405,100 @@ def test_a_late_replay_does_not_send_a_finished_step_again(client: Client,
     assert again.status == "again" and again.launches == []
     record_outcome(client.broker, client.workflows.launcher, end)
     assert client.queue_stats().ready == 0
+
+
+def _chord_shape(size: int) -> tuple[list[wf.Node], dict[int, bytes]]:
+    """A chord of ``size`` members, flattened: chord 0, group 1, members, callback."""
+    nodes = [wf.Node("chord", -1, 0, 2, size + 3, -1), wf.Node("group", 0, 0, size, size + 1, -1)]
+    nodes += [wf.Node("task", 1, i, 0, 1, 1 + i if i else -1) for i in range(size)]
+    nodes.append(wf.Node("task", 0, 1, 0, 1, 1))
+    return nodes, dict.fromkeys(range(2, size + 3), b"m")
+
+
+def test_a_members_settle_cost_does_not_grow_with_its_group(redis_broker: Any) -> None:
+    # Counted in Redis: the commands workflow.lua runs to record one member (not the
+    # last) of a chord of 10 and of one of 10,000.
+    from .helpers import raw_redis
+
+    r = raw_redis(redis_broker)
+    store = redis_broker.workflows
+
+    def calls() -> int:
+        stats = r.info("commandstats")
+        return sum(int(v["calls"]) for k, v in stats.items()
+                   if k.startswith("cmdstat_h"))
+
+    counted = []
+    for size in (10, 10_000):
+        nodes, members = _chord_shape(size)
+        workflow_id = f"cost{size}"
+        store.start(workflow_id, 0, "default", nodes, members, None)
+        before = calls()
+        advance = store.settle(workflow_id, 2 + size // 2, "succeeded", b"\x01", b"\xc0",
+                               b"\xc0", 0)
+        counted.append(calls() - before)
+        assert advance.status == "new" and advance.launches == []
+    assert counted[0] == counted[1], counted
+
+
+def test_the_last_member_launches_the_callback_with_every_value() -> None:
+    from blitzq_django.engine.core.message import unpack
+
+    h: dict[str, Any] = {}
+    nodes, members = _chord_shape(10_000)
+    wf.start(h, workflow_id="w", now_ms=0, home="q", nodes=nodes, members=members,
+             on_error=None)
+    for i in range(10_000):
+        advance = wf.settle(h, at=2 + i, state="succeeded", value_=bytes([i % 100]),
+                            outcome=b"", failure=b"", now_ms=0)
+    (callback,) = advance.launches
+    assert callback.node == 10_002 and callback.input is not None
+    assert unpack(callback.input) == [i % 100 for i in range(10_000)]
+
+
+def test_a_steps_delay_counts_from_when_it_is_sent(client: Client, tasks: Any) -> None:
+    handle = chain(tasks.add.s(1, 1), tasks.add.s(1).options(delay=60)).enqueue()
+    run_burst(client)
+    info = handle.inspect()
+    assert info is not None
+    first, _second = info.members()
+    assert first.state == "succeeded" and first.finished_ms is not None
+    found = client.inspect(wf.member_id(handle.id, 2))
+    assert found is not None and found.state == "scheduled"
+    assert found.due_ms is not None and found.due_ms >= first.finished_ms + 59_000
+
+
+def test_a_step_its_workflow_refuses_is_settled_all_the_same(
+        broker: Any, client: Client, tasks: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # A workflow whose state is broken (here: its tree deleted by hand) refuses to record
+    # its step: after a few tries the message is settled anyway (not redelivered for
+    # ever), the error is logged, and the workflow waits until it is cancelled.
+    from blitzq_django.engine import RedisBroker
+
+    from .helpers import raw_redis
+
+    handle = chain(tasks.add.s(1, 1), tasks.add.s(1)).enqueue()
+    shapes = ["t:0", "t:1", "t:2"]
+    if isinstance(broker, RedisBroker):
+        raw_redis(broker).hdel(broker.keys.workflow(handle.id), *shapes)
+    else:
+        for name in shapes:
+            del broker.workflows._flows[handle.id][name]
+    run_burst(client)
+    assert client.queue_stats().ready == 0 and client.queue_stats().in_flight == 0
+    assert "settling its message without it" in caplog.text
+    assert handle.state() == "running"
+    assert handle.cancel() == "running"
+
+
+def test_a_single_step_and_an_unknown_workflow(client: Client, tasks: Any) -> None:
+    handle = tasks.add.s(2, 3).enqueue()
+    run_burst(client)
+    assert handle.result(timeout=5) == 5
+    info = handle.inspect()
+    assert info is not None and info.root.kind == "task" and info.root.path == ""
+    unknown = client.workflows.handle("nope")
+    assert unknown.state() == "" and unknown.inspect() is None
+    assert unknown.cancel() == ""
+    with pytest.raises(ResultTimeout, match="unknown"):
+        unknown.result(timeout=0.05)

@@ -414,9 +414,11 @@ def ended(message: Message, state: str, record: Record | None, now: int,
         error_message = "not started before it expired"
     if value is None:
         value = pack(record.result if record is not None else None)
-    failure = wf.failure_value(workflow_id=workflow_id, node=at, path=path, task=message.task,
-                               message_id=message.id, state=state, error_type=error_type,
-                               error_message=error_message)
+    # A success passes its value on, never a failure: none is built for it.
+    failure = b"" if state == states.SUCCEEDED else wf.failure_value(
+        workflow_id=workflow_id, node=at, path=path, task=message.task,
+        message_id=message.id, state=state, error_type=error_type,
+        error_message=error_message)
     outcome = wf.Outcome(str(state), message.id,
                          record.started_ms if record is not None else None,
                          (record.finished_ms if record is not None else None) or now,
@@ -434,7 +436,7 @@ async def arecord_outcome(broker: Broker, launcher: Launcher, end: Ended) -> Non
         return
     if advance.finished:
         await broker.workflows.aemit(advance.home, end_event(
-            advance, end.workflow_id, now, unpack(end.failure).get("error_type")))
+            advance, end.workflow_id, now, _error_type(end)))
     await alaunch(broker, launcher, end.workflow_id, advance)
 
 
@@ -451,7 +453,7 @@ async def arecord_outcomes(broker: Broker, launcher: Launcher, ends: Sequence[En
             continue
         if advance.finished:
             await broker.workflows.aemit(advance.home, end_event(
-                advance, end.workflow_id, now, unpack(end.failure).get("error_type")))
+                advance, end.workflow_id, now, _error_type(end)))
         if advance.launches:
             found, refused = launcher.items(advance.launches, now)
             items += found
@@ -464,6 +466,10 @@ async def arecord_outcomes(broker: Broker, launcher: Launcher, ends: Sequence[En
         await alaunch(broker, launcher, workflow_id, advance)
 
 
+def _error_type(end: Ended) -> str | None:
+    return unpack(end.failure).get("error_type") if end.failure else None
+
+
 def record_outcome(broker: Broker, launcher: Launcher, end: Ended) -> None:
     now = now_ms()
     advance = broker.workflows.settle(end.workflow_id, end.at, end.state, end.value,
@@ -472,7 +478,7 @@ def record_outcome(broker: Broker, launcher: Launcher, end: Ended) -> None:
         return
     if advance.finished:
         broker.workflows.emit(advance.home, end_event(
-            advance, end.workflow_id, now, unpack(end.failure).get("error_type")))
+            advance, end.workflow_id, now, _error_type(end)))
     launch(broker, launcher, end.workflow_id, advance)
 
 

@@ -380,8 +380,9 @@ def cancel(h: Hash, *, now_ms: int) -> tuple[str, list[bytes]]:
         return before, []
     h["state"] = CANCELLED
     h["finished"] = str(now_ms)
-    out = [h[f"m:{n}"] for n in range(node(h, 0).size)
-           if f"l:{n}" in h and f"s:{n}" not in h]
+    # From the launch marks, not the tree: a damaged workflow can still be cancelled.
+    out = [h[f"m:{k[2:]}"] for k in list(h) if k.startswith("l:")
+           and f"s:{k[2:]}" not in h and f"m:{k[2:]}" in h]
     return before, out
 
 

@@ -108,9 +108,9 @@ class Flusher:
     async def _record_steps(self) -> None:
         """Record the pending steps, then hand their settlements to the write. A batch
         that cannot reach Redis is tried again for as long as it takes (recording is
-        idempotent); one refused otherwise is tried step by step, and a step still
-        refused gives its delivery up: delivered again after visibility_timeout, it is
-        recorded again then."""
+        idempotent); one refused otherwise is tried step by step, and a step refused
+        MAX_REFUSALS times is settled without being recorded (logged: its workflow
+        waits until cancelled)."""
         batch = self._steps[:MAX_PER_WRITE]
         del self._steps[:len(batch)]
         self._recording = len(batch)
@@ -122,6 +122,7 @@ class Flusher:
     async def _record_batch(self, batch: list[tuple[Settlement, Any]]) -> None:
         assert self._record is not None
         backoff = BACKOFF_MIN_S
+        refusals = 0
         while True:
             try:
                 await self._record([step for _, step in batch])
@@ -131,16 +132,23 @@ class Flusher:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
-            except Exception:
+            except Exception as exc:  # noqa: BLE001 - refused by Redis (or a bad state)
                 if len(batch) > 1:
                     for one in batch:
                         await self._record_batch([one])
                     return
-                log.exception("recording workflow step %r failed: its message is given up, "
-                              "and delivered again after visibility_timeout",
-                              batch[0][0].message_id)
-                self._report(batch[0][0], None)
-                return
+                refusals += 1
+                if refusals < MAX_REFUSALS:
+                    log.warning("recording workflow step %r was refused, retrying in %.2fs: "
+                                "%s", batch[0][0].message_id, backoff, exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    continue
+                # Its message is settled all the same: holding it back would only have it
+                # delivered, refused and held back again for ever.
+                log.error("recording workflow step %r was refused %d times, settling its "
+                          "message without it: its workflow may wait (cancel it): %s",
+                          batch[0][0].message_id, refusals, exc)
             self._buffer.extend(settlement for settlement, _ in batch)
             return
 

@@ -274,10 +274,16 @@ if op == "cancel" then
   redis.call("HSET", W, "state", "cancelled", "finished", ARGV[2])
   redis.call("EXPIRE", W, tonumber(ARGV[3]))
   redis.call("PUBLISH", KEYS[2], "cancelled")
+  -- The steps sent and not finished, read from the launch marks (not the tree, so a
+  -- workflow whose state is damaged can still be cancelled).
   local out = {}
-  for n = 0, shape(0).size - 1 do
-    if redis.call("HEXISTS", W, "l:" .. n) == 1 and redis.call("HEXISTS", W, "s:" .. n) == 0 then
-      out[#out + 1] = redis.call("HGET", W, "m:" .. n)
+  for _, field in ipairs(redis.call("HKEYS", W)) do
+    if string.sub(field, 1, 2) == "l:" then
+      local n = string.sub(field, 3)
+      if redis.call("HEXISTS", W, "s:" .. n) == 0 then
+        local member = redis.call("HGET", W, "m:" .. n)
+        if member then out[#out + 1] = member end
+      end
     end
   end
   return {before, out}
