@@ -167,3 +167,4 @@ def test_the_page_shows_the_files_as_they_are() -> None:
     for path in [*UNITS, *MANIFESTS, DEPLOY / "Dockerfile", DEPLOY / "compose.yaml",
                  DEPLOY / "supervisord.conf", DEPLOY / "nginx.conf"]:
         assert str(path.relative_to(ROOT)) in shown, f"docs/deployment.md does not show {path}"
+
