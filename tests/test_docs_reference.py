@@ -132,10 +132,7 @@ def test_every_check_id_is_in_the_checks_table() -> None:
 # -- the user guide --------------------------------------------------------------------
 
 #: Pages of the user guide not yet freed of internals, each with why.
-GUIDE_EXCEPTIONS = {
-    "dashboard.md": "its 'Design' section (the events stream's key) is being rewritten on "
-                    "another branch; move it to docs/internals/ once merged",
-}
+GUIDE_EXCEPTIONS: dict[str, str] = {}
 _INTERNALS = re.compile(r"bq:\{|\b\w+\.lua\b|\bLua\b|\binstructions per\b")
 
 
