@@ -22,7 +22,7 @@ REFERENCE = ROOT / "docs" / "reference"
 
 #: Where the top-level names that are not documented at their top-level path are.
 SIGNALS = ("task_enqueued", "task_started", "task_succeeded", "task_failed", "task_retried",
-           "task_dead_lettered", "task_cancelled")
+           "task_dead_lettered", "task_cancelled", "workflow_started", "workflow_finished")
 
 
 def _entries() -> set[str]:
