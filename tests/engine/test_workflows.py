@@ -415,6 +415,8 @@ def _chord_shape(size: int) -> tuple[list[wf.Node], dict[int, bytes]]:
     return nodes, dict.fromkeys(range(2, size + 3), b"m")
 
 
+@pytest.mark.single_node("counts the commands of one server (INFO commandstats); the cost "
+                         "of a member does not depend on the topology")
 def test_a_members_settle_cost_does_not_grow_with_its_group(redis_broker: Any) -> None:
     # Counted in Redis: the commands workflow.lua runs to record one member (not the
     # last) of a chord of 10 and of one of 10,000.
