@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -68,3 +70,27 @@ def test_the_topology_pass_runs_the_marked_engine_tests_only() -> None:
     down = s.Step("cluster + sentinel", "FAIL", 1.0, "port in use")
     failed = s.start_topology_pass([], options, down, {})
     assert (failed.status, failed.detail) == ("FAIL", "no cluster and Sentinel: port in use")
+
+
+def test_the_cluster_and_sentinel_set_serve_every_pass_and_are_torn_down() -> None:
+    s = script()
+    topologies = s.Topologies()
+    step = topologies.start()
+    try:
+        if step.status == "SKIP":
+            pytest.skip(step.detail)  # no redis-server on PATH
+        assert step.status == "PASS", step.detail
+        cluster, sentinels = topologies.running
+        module = topologies.module
+        # Still up once start() has returned (they once died with the thread that
+        # started them), and handed to the passes through the environment.
+        cluster.wait_healthy(30)
+        sentinels.wait_healthy(30)
+        assert s.os.environ[module.CLUSTER_URL_ENV] == cluster.url
+        assert s.os.environ[module.SENTINEL_URL_ENV] == sentinels.url()
+    finally:
+        topologies.stop()
+    for topology in (cluster, sentinels):
+        assert not any(node.alive for node in topology.nodes)
+        assert not topology.root.exists()
+    assert module.CLUSTER_URL_ENV not in s.os.environ

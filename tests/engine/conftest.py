@@ -3,7 +3,8 @@ topology; async tests close the broker connections they opened on their loop.
 
 The ``broker`` fixture (tests/conftest.py) is parametrized here once more: "redis"
 (reliable mode: streams), "redis-fast" (fast mode: lists, at-most-once), "sentinel" and
-"cluster" (reliable mode on a Sentinel set and on a Redis Cluster) and "memory".
+"cluster" (reliable mode on a Sentinel set and on a Redis Cluster), "cluster-fast" (fast
+mode on the cluster; in the ``topology`` pass) and "memory".
 A test of something fast mode does not have (leases, recovery, delivery counts) is
 marked ``@pytest.mark.reliable_only("why")`` and skipped there with that reason.
 
@@ -21,6 +22,7 @@ leaves out (``-m "not topology"``) and scripts/test.py runs in a pass of its own
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -32,9 +34,10 @@ from ..support.clients import drop_keys
 
 #: The broker params of the engine's behaviour tests, and the topology each runs on.
 BROKERS = {"redis": "redis", "redis-fast": "redis", "sentinel": "sentinel",
-           "cluster": "cluster", "memory": "redis"}
+           "cluster": "cluster", "cluster-fast": "cluster", "memory": "redis"}
 REDIS_PARAMS = {"redis": "redis_broker", "redis-fast": "fast_redis_broker",
-                "sentinel": "redis_broker", "cluster": "redis_broker"}
+                "sentinel": "redis_broker", "cluster": "redis_broker",
+                "cluster-fast": "fast_redis_broker"}
 #: The topologies of a test that takes redis_url without broker (tests/conftest.py).
 TOPOLOGIES = ("redis", "sentinel", "cluster")
 #: The modules whose Sentinel and Cluster cases run in the default pass: the behaviour
@@ -56,13 +59,26 @@ def pytest_configure(config: pytest.Config) -> None:
         "Sentinel and Cluster topologies, for this reason")
 
 
-def _topology_marks(topology: str, module: str) -> list[pytest.MarkDecorator]:
+def _topology_marks(topology: str, module: str, fast: bool = False,
+                    ) -> list[pytest.MarkDecorator]:
     if topology == "redis":
         return []
     marks = [getattr(pytest.mark, topology)]
-    if module not in DEFAULT_PASS_MODULES:
-        marks.append(pytest.mark.topology)
+    if fast or module not in DEFAULT_PASS_MODULES:
+        marks.append(pytest.mark.topology)  # fast mode on a cluster: the topology pass
     return marks
+
+
+def _broker_cases(module: str, single: bool, reliable_only: bool) -> list[Any]:
+    cases = []
+    for name, topology in BROKERS.items():
+        if single and topology != "redis":
+            continue
+        if name == "cluster-fast" and reliable_only:
+            continue  # not made at all, rather than made and skipped like "redis-fast"
+        marks = _topology_marks(topology, module, fast=name.endswith("-fast"))
+        cases.append(pytest.param(name, topology, id=name, marks=marks))
+    return cases
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -70,9 +86,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     single = metafunc.definition.get_closest_marker("single_node") is not None
     if "broker" in metafunc.fixturenames and "redis_topology" in metafunc.fixturenames:
-        cases = [pytest.param(name, topology, id=name, marks=_topology_marks(topology, module))
-                 for name, topology in BROKERS.items() if not (single and topology != "redis")]
-        metafunc.parametrize(("broker", "redis_topology"), cases, indirect=True)
+        reliable_only = metafunc.definition.get_closest_marker("reliable_only") is not None
+        metafunc.parametrize(("broker", "redis_topology"),
+                             _broker_cases(module, single, reliable_only), indirect=True)
     elif "redis_topology" in metafunc.fixturenames and not single:
         metafunc.parametrize("redis_topology", [
             pytest.param(topology, id=topology, marks=_topology_marks(topology, module))

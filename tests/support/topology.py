@@ -193,14 +193,6 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str,
 # -- one server process -----------------------------------------------------------------
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    # A pytest or scripts/test.py killed outright must not leave servers behind.
-    if sys.platform.startswith("linux"):
-        import ctypes  # lazy: cost (only in the forked child, Linux only)
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class Node:
     """One redis-server (or sentinel) process on a fixed port, restartable with its dir."""
 
@@ -230,9 +222,11 @@ class Node:
         argv += ["--port", str(self.port), "--bind", HOST, "--dir", str(self.dir),
                  "--daemonize", "no", "--loglevel", "notice",
                  "--logfile", str(self.dir / "redis.log"), *self.args, *(extra or [])]
+        # No PR_SET_PDEATHSIG: it fires when the *thread* that started the server ends,
+        # which killed the servers scripts/test.py started from a thread pool. stop()
+        # in a finally block is what tears them down.
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL,
-                                        preexec_fn=_die_with_parent)  # noqa: PLW1509
+                                        stderr=subprocess.DEVNULL)
         proc = self.process
 
         def up() -> bool:
