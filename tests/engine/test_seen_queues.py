@@ -17,6 +17,7 @@ from blitzq_django.engine.core.schedules import build
 from blitzq_django.engine.errors import ConfigurationError, QueueBusy
 from blitzq_django.engine.scheduler import Scheduler
 
+from ..support.clients import info_of
 from ..support.waiting import wait_until
 from .helpers import background_worker, raw_redis, run_burst
 from .test_ops_cli import run
@@ -109,18 +110,19 @@ def test_the_queue_goes_in_with_the_message_in_one_round_trip(
     ok = client.registry.get("jobs.ok")
     r = raw_redis(redis_broker)
     client.enqueue(ok, (0,), call=client_call(queue="warm"))  # connects, loads the scripts
-    before = _calls(r)
+    key = redis_broker.keys.seen_queues
+    before = _calls(r, key)
     client.enqueue(ok, (1,))
-    first = _calls(r)
+    first = _calls(r, key)
     client.enqueue(ok, (2,))
-    second = _calls(r)
+    second = _calls(r, key)
     assert first["sadd"] - before["sadd"] == 1
     assert second["sadd"] == first["sadd"]
     assert client.seen_queues() == ["jobs", "warm"]
 
 
-def _calls(r: Any) -> dict[str, int]:
-    stats = r.info("commandstats")
+def _calls(r: Any, key: str) -> dict[str, int]:
+    stats = info_of(r, key, "commandstats")
     return {"sadd": stats.get("cmdstat_sadd", {}).get("calls", 0)}
 
 

@@ -37,6 +37,13 @@ def client_list(client: Any) -> list[dict[str, Any]]:
     return list(per_node)
 
 
+def info_of(client: Any, key: str, section: str) -> dict[str, Any]:
+    """INFO of the server that holds ``key`` (on a cluster, the master of its slot)."""
+    if is_cluster(client):
+        return dict(client.info(section, target_nodes=client.get_node_from_key(key)))
+    return dict(client.info(section))
+
+
 def subscribers(client: Any, channel: str) -> int:
     """How many connections listen on one of the broker's channels (PUBSUB NUMSUB; on
     a cluster PUBSUB SHARDNUMSUB on the node that owns the channel's slot)."""
