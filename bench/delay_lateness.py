@@ -22,17 +22,16 @@ import argparse
 import json
 import os
 import random
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.servers import start_redis  # noqa: E402
 
 WORKER = r"""
 import asyncio, os, sys
@@ -66,34 +65,6 @@ def make_client(url: str):  # type: ignore[no-untyped-def]
     return client
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_redis() -> tuple[str, subprocess.Popen[bytes] | None]:
-    if os.environ.get("REDIS_URL"):
-        return os.environ["REDIS_URL"], None
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("no redis-server on PATH; set REDIS_URL")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", tempfile.mkdtemp()],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            return f"redis://127.0.0.1:{port}/0", proc
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 def run(url: str, mode: str, rate: float, seconds: float, low: float, high: float

@@ -29,18 +29,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.servers import start_redis  # noqa: E402
+
 QUEUE = "wfbench"
 
 
@@ -89,34 +90,6 @@ if os.environ.get("WFBENCH_CELERY"):  # the worker process: `celery -A bench.wor
 
 # -- the sitting -----------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis() -> tuple[str, subprocess.Popen[bytes] | None]:
-    if os.environ.get("REDIS_URL"):
-        return os.environ["REDIS_URL"], None
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("no redis-server on PATH; set REDIS_URL")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", tempfile.mkdtemp()],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            return f"redis://127.0.0.1:{port}/0", proc
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 def start_worker(system: str, env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -42,8 +42,12 @@ the end lists them all:
    into a fresh virtualenv (not editable), a fresh ``django-admin startproject`` site on
    it: ``migrate``, ``check --deploy``, a task run by ``runworker --burst``,
    ``collectstatic``, the admin and the dashboard's files served (``--no-wheel`` skips it).
+8. The fault tests (``tests/fault``: SIGKILLs, Redis restarts, failovers, soaks), which
+   step 3 then leaves out: they wait on the processes they kill far more than they
+   compute (load average under 2 while they ran alone), and after step 3 they added
+   about 13 minutes to it.
 
-Steps 4, 5, 6 and 7 start first and run beside step 3: each waits on its own Redis,
+Steps 4 to 8 start first and run beside step 3: each waits on its own Redis,
 processes and database far more than it computes. When both run, step 3 leaves
 ``tests/django`` to them (``--ignore``): it is then run twice, on PostgreSQL with
 Django 5.2 and on SQLite with Django 6, instead of three times. When either is
@@ -86,6 +90,7 @@ VENV_DJ6 = ROOT / ".venv-dj6"
 STAMP_NAME = ".blitzq-install"
 LINT_PATHS = ("blitzq_django", "tests", "testproject", "bench", "scripts")
 DJANGO_TESTS = "tests/django"
+FAULT_TESTS = "tests/fault"
 BROWSER_TESTS = "tests/browser"
 #: What the Django 6 pass runs: the browser tests too, since the admin's and the
 #: dashboard's pages are drawn by each Django's own templates and CSS.
@@ -347,14 +352,20 @@ def names_paths(extra: list[str]) -> bool:
                for arg in extra)
 
 
-def main_args(extra: list[str], beside: list[PytestBeside | Step]) -> list[str]:
+def main_args(extra: list[str], beside: list[PytestBeside | Step],
+              fault_pass: PytestBeside | Step | None = None) -> list[str]:
     """The main pass's pytest arguments: everything, but tests/django when both passes
     beside it run them (PostgreSQL with Django 5.2, SQLite with Django 6): a third run,
-    on SQLite with Django 5.2, would add minutes and find what those two find."""
-    both = len(beside) == 2 and all(isinstance(b, PytestBeside) for b in beside)
-    if both and not names_paths(extra):
-        return [f"--ignore={DJANGO_TESTS}", *extra]
-    return extra
+    on SQLite with Django 5.2, would add minutes and find what those two find; and but
+    tests/fault when its own pass runs it."""
+    if names_paths(extra):
+        return extra
+    ignored = []
+    if len(beside) == 2 and all(isinstance(b, PytestBeside) for b in beside):
+        ignored.append(f"--ignore={DJANGO_TESTS}")
+    if isinstance(fault_pass, PytestBeside):
+        ignored.append(f"--ignore={FAULT_TESTS}")
+    return [*ignored, *extra]
 
 
 def postgres_url(python: Path, env: dict[str, str]) -> tuple[str | None, str]:
@@ -490,6 +501,18 @@ def start_topology_pass(extra: list[str], options: argparse.Namespace, topologie
     return PytestBeside(TOPOLOGY_PASS, VENV, ["-m", "topology", *args], env)
 
 
+FAULT_PASS = "pytest tests/fault"
+
+
+def start_fault_pass(extra: list[str], env: dict[str, str]) -> PytestBeside | Step:
+    """Step 8: the fault tests, beside the main pass. They wait on the processes they
+    kill and restart (load average below 2 while they run alone), so beside the main
+    pass they cost its wall time little, where after it they added about 13 minutes."""
+    if names_paths(extra):
+        return Step(FAULT_PASS, "SKIP", 0, "the main pass runs the paths named")
+    return PytestBeside(FAULT_PASS, VENV, [FAULT_TESTS, *extra], env)
+
+
 PG_PASS = "pytest tests/django on PostgreSQL"
 DJ6_PASS = "pytest tests/django tests/browser on Django 6"
 
@@ -609,6 +632,7 @@ def main(argv: list[str]) -> int:
         beside: list[PytestBeside | Step] = []  # steps 4 and 5, in this order
         topologies = Topologies()
         topology_pass: PytestBeside | Step | None = None
+        fault_pass: PytestBeside | Step | None = None
         wheel: ScriptBeside | Step = Step(WHEEL_CHECK, "SKIP", 0, "not started")
         try:
             up = topologies.start()
@@ -619,11 +643,12 @@ def main(argv: list[str]) -> int:
             beside.append(start_postgres_pass(python, dj_args, options, sqlite_env))
             beside.append(start_django6_pass(dj6_args, options))
             topology_pass = start_topology_pass(pytest_extra, options, up, sqlite_env)
-            steps.append(step_pytest("pytest", VENV, main_args(pytest_extra, beside),
+            fault_pass = start_fault_pass(pytest_extra, sqlite_env)
+            steps.append(step_pytest("pytest", VENV, main_args(pytest_extra, beside, fault_pass),
                                      sqlite_env))
         finally:
             try:
-                ends = [*beside, *([topology_pass] if topology_pass else [])]
+                ends = [*beside, *[p for p in (topology_pass, fault_pass) if p]]
                 steps += [b.finish() if isinstance(b, PytestBeside) else b for b in ends]
                 steps.append(wheel.finish() if isinstance(wheel, ScriptBeside) else wheel)
             finally:

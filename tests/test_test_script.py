@@ -57,6 +57,19 @@ def test_the_main_pass_leaves_the_django_tests_to_both_passes_beside_it() -> Non
         ["tests/django/test_checks.py"]
 
 
+def test_the_main_pass_leaves_the_fault_tests_to_their_own_pass() -> None:
+    s = script()
+    started = [object.__new__(s.PytestBeside), object.__new__(s.PytestBeside)]
+    fault = object.__new__(s.PytestBeside)
+    assert s.main_args(["-x"], started, fault) == \
+        ["--ignore=tests/django", "--ignore=tests/fault", "-x"]
+    assert s.main_args([], [], fault) == ["--ignore=tests/fault"]
+    # a path named: the main pass runs it, and the fault pass does not start
+    assert s.main_args(["tests/fault/test_soak.py"], started, fault) == \
+        ["tests/fault/test_soak.py"]
+    assert s.start_fault_pass(["tests/fault/test_soak.py"], {}).status == "SKIP"
+
+
 def test_the_topology_pass_runs_the_marked_engine_tests_only() -> None:
     s = script()
     up = s.Step("cluster + sentinel", "PASS", 1.0)
