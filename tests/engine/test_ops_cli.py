@@ -605,7 +605,7 @@ def test_events_follow_prints_new_events_as_json_lines_until_ctrl_c(
     with lines_of(proc) as lines:
         wait_until(a_new_event_shows, 30, interval=0.05, message="a followed event")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     events = [json.loads(line) for line in lines]
     assert before.id not in {e["id"] for e in events}  # it happened before --follow started
