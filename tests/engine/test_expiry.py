@@ -144,14 +144,16 @@ async def test_a_message_that_expires_while_prefetched_is_dropped_before_it_star
 async def test_a_retry_past_the_expiry_expires(client: Client) -> None:
     attempts: list[int] = []
 
-    @client.task(name="flaky", retries=3, initial_delay=0.3, jitter=False, expires=0.15)
+    # The worker runs before the enqueue, and the expiry leaves a loaded machine a
+    # second to start the first attempt: the retry, due 1.5 s after it, is past it.
+    @client.task(name="flaky", retries=3, initial_delay=1.5, jitter=False, expires=1.0)
     def flaky() -> None:
         attempts.append(1)
         raise ValueError("later")
 
-    h = await flaky.aenqueue()
     async with background_worker(client) as worker:
-        record = await client.afinal_record(h.id, timeout=5)
+        h = await flaky.aenqueue()
+        record = await client.afinal_record(h.id, timeout=15)
     assert record.state == states.EXPIRED
     assert attempts == [1]  # the first attempt started in time, its retry did not
     assert (worker.stats.retried, worker.stats.expired) == (1, 1)
