@@ -26,7 +26,7 @@ the end lists them all:
    only); every pass gets their URLs in ``BLITZQ_TEST_CLUSTER_URL`` and
    ``BLITZQ_TEST_SENTINEL_URL``, and they are torn down after the last pass, whatever
    happened. The engine's behaviour tests run on one server, on Sentinel and on
-   Cluster; this pass runs the Sentinel and Cluster cases of the core modules
+   Cluster; this pass runs the Sentinel and Cluster cases of test_flow
    (``DEFAULT_PASS_MODULES`` in tests/engine/conftest.py), pytest.ini's ``-m "not
    topology"`` leaves the others to step 6.
 4. The Django tests (``tests/django``) again on PostgreSQL when one is reachable
