@@ -43,8 +43,8 @@ the end lists them all:
    into a fresh virtualenv (not editable), a fresh ``django-admin startproject`` site on
    it: ``migrate``, ``check --deploy``, a task run by ``runworker --burst``,
    ``collectstatic``, the admin and the dashboard's files served (``--no-wheel`` skips it).
-8. The fault tests (``tests/fault``: SIGKILLs, Redis restarts, failovers, soaks), which
-   step 3 then leaves out: they wait on the processes they kill far more than they
+8. The fault tests (``tests/fault``: SIGKILLs, Redis restarts, failovers, soaks) and the
+   pages run as written (``tests/docs``), which step 3 then leaves out: they wait on the processes they kill far more than they
    compute (load average under 2 while they ran alone), and after step 3 they added
    about 13 minutes to it.
 
@@ -92,6 +92,9 @@ STAMP_NAME = ".blitzq-install"
 LINT_PATHS = ("blitzq_django", "tests", "testproject", "bench", "scripts")
 DJANGO_TESTS = "tests/django"
 FAULT_TESTS = "tests/fault"
+#: The pages run as written (tests/docs): new projects, workers and servers, one after
+#: the other; they run in the fault tests' pass, which waits more than it computes.
+DOCS_TESTS = "tests/docs"
 BROWSER_TESTS = "tests/browser"
 #: What the Django 6 pass runs: the browser tests too, since the admin's and the
 #: dashboard's pages are drawn by each Django's own templates and CSS.
@@ -365,7 +368,7 @@ def main_args(extra: list[str], beside: list[PytestBeside | Step],
     if len(beside) == 2 and all(isinstance(b, PytestBeside) for b in beside):
         ignored.append(f"--ignore={DJANGO_TESTS}")
     if isinstance(fault_pass, PytestBeside):
-        ignored.append(f"--ignore={FAULT_TESTS}")
+        ignored += [f"--ignore={FAULT_TESTS}", f"--ignore={DOCS_TESTS}"]
     return [*ignored, *extra]
 
 
@@ -502,16 +505,17 @@ def start_topology_pass(extra: list[str], options: argparse.Namespace, topologie
     return PytestBeside(TOPOLOGY_PASS, VENV, ["-m", "topology", *args], env)
 
 
-FAULT_PASS = "pytest tests/fault"
+FAULT_PASS = "pytest tests/fault tests/docs"
 
 
 def start_fault_pass(extra: list[str], env: dict[str, str]) -> PytestBeside | Step:
-    """Step 8: the fault tests, beside the main pass. They wait on the processes they
-    kill and restart (load average below 2 while they run alone), so beside the main
-    pass they cost its wall time little, where after it they added about 13 minutes."""
+    """Step 8: the fault tests and the pages run as written, beside the main pass. They
+    wait on the processes they kill, restart or start (load average below 2 while they
+    ran alone), so beside the main pass they cost its wall time little, where in it they
+    added about 20 minutes."""
     if names_paths(extra):
         return Step(FAULT_PASS, "SKIP", 0, "the main pass runs the paths named")
-    return PytestBeside(FAULT_PASS, VENV, [FAULT_TESTS, *extra], env)
+    return PytestBeside(FAULT_PASS, VENV, [FAULT_TESTS, DOCS_TESTS, *extra], env)
 
 
 PG_PASS = "pytest tests/django on PostgreSQL"

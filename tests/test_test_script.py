@@ -62,8 +62,8 @@ def test_the_main_pass_leaves_the_fault_tests_to_their_own_pass() -> None:
     started = [object.__new__(s.PytestBeside), object.__new__(s.PytestBeside)]
     fault = object.__new__(s.PytestBeside)
     assert s.main_args(["-x"], started, fault) == \
-        ["--ignore=tests/django", "--ignore=tests/fault", "-x"]
-    assert s.main_args([], [], fault) == ["--ignore=tests/fault"]
+        ["--ignore=tests/django", "--ignore=tests/fault", "--ignore=tests/docs", "-x"]
+    assert s.main_args([], [], fault) == ["--ignore=tests/fault", "--ignore=tests/docs"]
     # a path named: the main pass runs it, and the fault pass does not start
     assert s.main_args(["tests/fault/test_soak.py"], started, fault) == \
         ["tests/fault/test_soak.py"]
