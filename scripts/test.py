@@ -44,9 +44,9 @@ the end lists them all:
    it: ``migrate``, ``check --deploy``, a task run by ``runworker --burst``,
    ``collectstatic``, the admin and the dashboard's files served (``--no-wheel`` skips it).
 8. The fault tests (``tests/fault``: SIGKILLs, Redis restarts, failovers, soaks) and the
-   pages run as written (``tests/docs``), which step 3 then leaves out: they wait on the processes they kill far more than they
-   compute (load average under 2 while they ran alone), and after step 3 they added
-   about 13 minutes to it.
+   pages run as written (``tests/docs``), which step 3 then leaves out: they wait on
+   the processes they kill or start far more than they compute (load average under 2
+   while they ran alone), and in step 3 they added about 20 minutes to it.
 
 Steps 4 to 8 start first and run beside step 3: each waits on its own Redis,
 processes and database far more than it computes. When both run, step 3 leaves
