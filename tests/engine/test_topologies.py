@@ -13,7 +13,15 @@ import pytest
 import redis
 import redis.cluster
 
-from blitzq_django.engine import CallOptions, Client, RedisBroker, current_task, metrics
+from blitzq_django.engine import (
+    CallOptions,
+    Client,
+    RedisBroker,
+    chord,
+    current_task,
+    group,
+    metrics,
+)
 from blitzq_django.engine.brokers.redis import scripts, topology
 from blitzq_django.engine.brokers.redis.store import redact
 from blitzq_django.engine.client import TaskFailed
@@ -110,6 +118,10 @@ def _exercise(client: Client, queues: list[str]) -> dict[str, Any]:
     def boom() -> None:
         raise ValueError("boom")
 
+    @client.task(name="total")
+    async def total(values: list[int]) -> int:
+        return sum(values)
+
     handles = [add.options(queue=q).enqueue(1, i) for i, q in enumerate(queues)]
     handles += add.options(queue=queues[1]).enqueue_many([((i, i), {}) for i in range(20)])
     for q in queues:
@@ -135,8 +147,13 @@ def _exercise(client: Client, queues: list[str]) -> dict[str, Any]:
 
     moved, _ = asyncio.run(promote())
     assert moved == 1
+    # A workflow whose steps are on every queue (its own state under a tag of its own).
+    flow = chord(group(add.s(i, i).options(queue=q) for i, q in enumerate(queues)),
+                 total.s().options(queue=queues[0]))
+    flow_handle = flow.enqueue()
     run_burst(client, queues=queues)
     found["results"] = [h.result(timeout=5) for h in [*handles, first, high, promoted]]
+    assert flow_handle.result(timeout=5) == 0 + 2 + 4
     with pytest.raises(TaskFailed):
         failing.result(timeout=5)
     assert unique.enqueue(7, 7).id != first.id  # released by its final settlement

@@ -28,6 +28,8 @@ SYNC_ONLY: dict[tuple[type, str], str] = {
     (Client, "forget_queue"): "an operator's command (CLI, admin): the broker's "
                               "forget_queue is sync-only",
     (Task, "options"): "pure: a copy of the task with other per-call options",
+    (Task, "s"): "pure: a workflow step (a signature); its workflow's enqueue writes it",
+    (Task, "si"): "pure: an immutable workflow step; its workflow's enqueue writes it",
     (DeadLetters, "shown"): "pure: a dead letter for display",
     (Broker, "scheduled_due_ms"): "read by tests only",
     (Broker, "scheduled_payload"): "read by tests only",
