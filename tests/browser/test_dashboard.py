@@ -109,11 +109,12 @@ def test_dashboard_moves_live_over_the_socket(asgi_page: Page, blitzq: Client) -
     assert errors == []
     expect(page.locator("#bq-status")).to_have_attribute("data-mode", "live")
     # Compact deltas: at most two messages a second whatever the tasks; the page stays
-    # responsive (its slowest apply or redraw of the chart, in ms).
+    # responsive (its slowest apply or redraw of the chart, in ms: a bound a loaded CI
+    # machine keeps, not a measure; bench/dashboard_cost.py measures).
     dashboard = page.locator("#bq-dashboard")
     received = int(dashboard.get_attribute("data-messages") or 0) - first
     assert 0 < received <= (time.monotonic() - opened) * 2 + 2, received
-    assert float(dashboard.get_attribute("data-slowest-ms") or 0) < 100
+    assert float(dashboard.get_attribute("data-slowest-ms") or 0) < 250
 
 
 OPEN_SOCKET = """() => new Promise((resolve) => {
