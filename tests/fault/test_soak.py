@@ -17,7 +17,7 @@ TASKS, PROCESSES, CONCURRENCY = 5000, 3, 20
 KILL_EVERY_S, KILLS = 2.0, 6
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_soak_random_sigkills_lose_nothing(scenario: Scenario) -> None:
     rnd = random.Random(7)
     pool = scenario.worker(*FAST_ARGS, "--processes", str(PROCESSES), processes=PROCESSES)
@@ -35,7 +35,7 @@ def test_soak_random_sigkills_lose_nothing(scenario: Scenario) -> None:
         kill_pid(victim)
         killed.append(victim)
         last_kill = time.monotonic()
-    end = scenario.wait_drained(ids, 60)
+    end = scenario.wait_drained(ids, 150)
     recovery_s = end - last_kill
     total_s = end - started
 
@@ -52,4 +52,4 @@ def test_soak_random_sigkills_lose_nothing(scenario: Scenario) -> None:
     assert not_final == []
     assert report.duplicated <= len(killed) * CONCURRENCY
     assert unexplained == [], "a duplicate whose first run was not on a killed worker"
-    assert recovery_s < 20
+    assert recovery_s < 60  # 5-15 s on a quiet machine; CI runs it beside other passes
