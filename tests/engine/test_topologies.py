@@ -420,7 +420,7 @@ def test_cluster_get_result_waits_on_the_shard_channel(
                     for h in (first, second)]
         while sum(n for _c, n in cluster.pubsub_shardnumsub(*channels, target_nodes=node)) < 2:
             assert time.monotonic() < deadline, "the waiters never subscribed"
-            await asyncio.sleep(0.01)  # noqa: sleep (a poll under the deadline above)
+            await asyncio.sleep(0.01)  # (noqa: sleep) a poll under the deadline above
         await arun_burst(client, queues=[queue])
         try:
             return await task

@@ -297,7 +297,7 @@ async def test_a_member_cancelled_while_others_run(client: Client, tasks: Any) -
     @client.task(name="slow")
     async def slow(i: int) -> int:
         started.add(i)
-        await asyncio.sleep(30)  # noqa: sleep (a task body cancelled while it runs)
+        await asyncio.sleep(30)  # (noqa: sleep) a task body cancelled while it runs
         return i
 
     handle = await chord([slow.s(1), slow.s(2), tasks.add.s(1, 1)],
@@ -327,7 +327,7 @@ async def await_until_async(read: Any, wanted: Any, timeout: float) -> None:
     deadline = loop.time() + timeout
     while (found := await read()) != wanted:
         assert loop.time() < deadline, f"still {found!r} after {timeout} s, not {wanted!r}"
-        await asyncio.sleep(0.02)  # noqa: sleep (a poll under the deadline above)
+        await asyncio.sleep(0.02)  # (noqa: sleep) a poll under the deadline above
 
 
 def test_a_step_recorded_twice_enqueues_what_follows_once(client: Client,
