@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -60,14 +61,28 @@ def test_the_main_pass_leaves_the_django_tests_to_both_passes_beside_it() -> Non
 def test_the_main_pass_leaves_the_fault_tests_to_their_own_pass() -> None:
     s = script()
     started = [object.__new__(s.PytestBeside), object.__new__(s.PytestBeside)]
-    fault = object.__new__(s.PytestBeside)
+    fault = [object.__new__(s.PytestBeside), object.__new__(s.PytestBeside)]
     assert s.main_args(["-x"], started, fault) == \
         ["--ignore=tests/django", "--ignore=tests/fault", "--ignore=tests/docs", "-x"]
     assert s.main_args([], [], fault) == ["--ignore=tests/fault", "--ignore=tests/docs"]
-    # a path named: the main pass runs it, and the fault pass does not start
+    assert s.main_args([], [], []) == []
+    # a path named: the main pass runs it, and the fault and docs passes do not start
     assert s.main_args(["tests/fault/test_soak.py"], started, fault) == \
         ["tests/fault/test_soak.py"]
-    assert s.start_fault_pass(["tests/fault/test_soak.py"], {}).status == "SKIP"
+    assert [p.status for p in s.start_fault_passes(["tests/fault/test_soak.py"], {})] == \
+        ["SKIP", "SKIP"]
+
+
+def test_every_pass_but_the_fault_tests_runs_niced() -> None:
+    s = script()
+    probe = ["-c", "import os; print(os.nice(0))"]
+    fault = s.ScriptBeside("probe", Path(sys.prefix), probe, dict(os.environ))
+    assert fault.proc.wait(10) == 0
+    fault.output.seek(0)
+    assert fault.output.read().strip() == str(os.nice(0) + s.BACKGROUND_NICE)
+    fault.output.close()
+    assert s.priority(True) is s.lowered
+    assert s.priority(False) is None  # the fault tests' pass (niced=False)
 
 
 def test_the_topology_pass_runs_the_marked_engine_tests_only() -> None:

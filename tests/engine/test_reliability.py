@@ -111,11 +111,13 @@ async def test_max_deliveries_exceeded_is_dead_lettered(client: Client) -> None:
     h = poison.enqueue()
     broker = client.broker
     await broker.prepare(["default"])
-    # A worker that took the message and died, twice recovered by workers that died too.
+    # A worker that took the message and died, twice recovered by workers that started
+    # it and died too.
     assert len(await broker.fetch(["default"], "dead-worker", 10, 10)) == 1
-    for _ in range(2):
+    for n in range(2):
         claimed, _ = await broker.recover("default", "dead-worker", 0, 10)
-        assert [d.delivery_count for d in claimed] in ([2], [3])
+        assert [d.delivery_count for d in claimed] == [n + 2]
+        assert await broker.start_recovered("dead-worker", claimed[0]) == n + 1
     async with background_worker(client, visibility_timeout=0.3, max_deliveries=3):
         await await_until(lambda: client.inspect(h.id) is not None, 5,
                           message="the recovered message to settle")
@@ -126,6 +128,53 @@ async def test_max_deliveries_exceeded_is_dead_lettered(client: Client) -> None:
     assert runs == []
     assert pending_count(broker, "default") == 0
     assert broker.dead_letter("default", h.id) is not None
+
+
+@pytest.mark.asyncio
+@pytest.mark.reliable_only("fast mode delivers each message once: no delivery count")
+async def test_deliveries_that_never_started_do_not_count_toward_max_deliveries(
+        client: Client) -> None:
+    # Workers that died holding it unstarted (prefetched, waiting for a slot) were not
+    # killed by it: past max_deliveries in deliveries, it still runs, once.
+    runs: list[int] = []
+
+    @client.task(name="healthy")
+    def healthy() -> None:
+        runs.append(1)
+
+    h = healthy.enqueue()
+    broker = client.broker
+    await broker.prepare(["default"])
+    assert len(await broker.fetch(["default"], "dead-worker", 10, 10)) == 1
+    for n in range(3):
+        claimed, _ = await broker.recover("default", "dead-worker", 0, 10)
+        assert [d.delivery_count for d in claimed] == [n + 2]
+    async with background_worker(client, visibility_timeout=0.3, max_deliveries=3):
+        await await_until(lambda: (r := client.inspect(h.id)) is not None and r.is_final, 5,
+                          message="the recovered message to settle")
+    record = client.inspect(h.id)
+    assert record is not None and record.state == states.SUCCEEDED
+    assert runs == [1]
+    assert pending_count(broker, "default") == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.reliable_only("fast mode has no lease: nothing is recovered")
+async def test_a_recovered_entry_starts_only_where_it_is_owned(client: Client) -> None:
+    @client.task(name="t")
+    def t() -> None:
+        return None
+
+    t.enqueue()
+    broker = client.broker
+    await broker.prepare(["default"])
+    assert len(await broker.fetch(["default"], "first", 10, 10)) == 1
+    (taken,), _ = await broker.recover("default", "second", 0, 10)
+    (again,), _ = await broker.recover("default", "third", 0, 10)
+    assert await broker.start_recovered("second", taken) == 0  # the third owns it now
+    assert await broker.start_recovered("third", again) == 1
+    assert await broker.start_recovered("third", again) == 2
+    assert await broker.starts(again) == 2
 
 
 @pytest.mark.asyncio

@@ -151,17 +151,19 @@ async def test_a_message_delivered_too_many_times_logs_error(
     handle = t.enqueue()
     broker = client.broker
     await broker.prepare(["default"])
-    # A worker that took the message and died, twice recovered by workers that died too.
+    # A worker that took the message and died, twice recovered by workers that started
+    # it and died too.
     assert len(await broker.fetch(["default"], "dead-worker", 10, 10)) == 1
     for _ in range(2):
-        await broker.recover("default", "dead-worker", 0, 10)
+        claimed, _ = await broker.recover("default", "dead-worker", 0, 10)
+        await broker.start_recovered("dead-worker", claimed[0])
     async with background_worker(client, visibility_timeout=0.3, max_deliveries=3):
         await await_until(lambda: task_records(caplog), 5, message="its log line")
     (error,) = task_records(caplog)
     assert error.levelno == logging.ERROR
     assert error.reason == "max deliveries exceeded"  # type: ignore[attr-defined]
     assert error.task_id == handle.id and error.delivery_count == 4  # type: ignore[attr-defined]
-    assert "delivered 4 times (max_deliveries 3)" in error.getMessage()
+    assert "started 3 times, delivered 4 times (max_deliveries 3)" in error.getMessage()
 
 
 def test_an_expired_message_logs_a_warning(redis_broker: Any,

@@ -212,6 +212,8 @@ async def _exercise_more(client: Client, queues: list[str]) -> dict[str, Any]:
     assert not await broker.renew("gone", held)  # still this consumer's: none lost
     claimed, _deleted = await broker.recover(queues[0], "heir", 0, 10)
     found["recovered"] = len(claimed)
+    found["starts"] = [await broker.start_recovered("heir", d) for d in claimed]
+    found["counted"] = [await broker.starts(d) for d in claimed]
     await broker.retire([queues[0]], "gone")
     found["pruned"] = await broker.prune_consumers(queues[0], 0)
     await broker.aclose()
@@ -224,6 +226,7 @@ def _check_more(found: dict[str, Any]) -> None:
     assert found["history"] > 0 and found["health"].get("unwritable") == "1"
     assert found["folded"] > 0
     assert found["recovered"] == 1
+    assert found["starts"] == found["counted"] == [1]
 
 
 class _Monitor:

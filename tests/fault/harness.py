@@ -185,8 +185,27 @@ class Scenario:
         def done() -> bool:
             return set(ids) - skip <= self.ledger.done_ids(phases) and self.drained()
 
-        wait_until(done, timeout, interval=0.05, message="every message to execute and drain")
+        try:
+            wait_until(done, timeout, interval=0.05, message="every message to execute and drain")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.diagnosis(set(ids) - skip, phases)}") from None
         return time.monotonic()
+
+    def diagnosis(self, wanted: set[str], phases: tuple[str, ...] = ("done",)) -> str:
+        """What a timed-out wait saw: the ids still missing, where they are, the workers' tails."""
+        missing = sorted(wanted - self.ledger.done_ids(phases))
+        records = self.records(missing[:20])
+        lines = [f"missing {len(missing)} of {len(wanted)}; stream {self.stream_len()};"
+                 f" pending {self.pending()[:10]}; scheduled {len(self.scheduled())};"
+                 f" dead letters {len(self.dead_letters())}"]
+        letters = list(self.dead_letters().items())[:5]
+        lines += [f"  dead letter {k}: {d!r}"[:600] for k, d in letters]
+        lines += [f"  {i}: {r.state if r else None}" for i, r in records.items()]
+        for w in self.workers:
+            tail = w.text().splitlines()[-25:]
+            lines.append(f"--- worker {w.pid} (alive={w.alive()}) last lines:")
+            lines += tail
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)

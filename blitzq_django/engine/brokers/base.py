@@ -277,6 +277,12 @@ class Broker(Protocol):
         """Renew the leases; return the deliveries whose lease is lost."""
     async def recover(self, queue: str, consumer: str, min_idle_ms: int,
                       count: int) -> tuple[list[Delivery], list[str]]: ...
+    async def start_recovered(self, consumer: str, delivery: Delivery) -> int:
+        """Count a start of a recovered delivery (delivery count >= 2) that ``consumer``
+        still owns, renewing its lease: the starts counted so far, 0 when another
+        worker owns it now (it must not start here)."""
+    async def starts(self, delivery: Delivery) -> int:
+        """How many starts of the delivery's entry were counted (start_recovered)."""
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]: ...
     async def retire(self, queues: Sequence[str], consumer: str) -> None: ...
     async def heartbeat(self, name: str, info: bytes, now_ms: int, ttl_ms: int,

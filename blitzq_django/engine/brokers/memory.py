@@ -60,6 +60,7 @@ class _Pending:
     count: int
     since: float  # monotonic time of the last delivery or renewal
     priority: str | None = None
+    starts: int = 0  # starts counted after recoveries (start_recovered)
 
 
 class _Ready:
@@ -673,6 +674,20 @@ class MemoryBroker:
             if out:
                 self._wake()
         return out, []
+
+    async def start_recovered(self, consumer: str, delivery: Delivery) -> int:
+        with self._lock:
+            held = self._queue(delivery.queue).pending.get(delivery.entry_id)
+            if held is None or held.consumer != consumer:
+                return 0
+            held.since = time.monotonic()
+            held.starts += 1
+            return held.starts
+
+    async def starts(self, delivery: Delivery) -> int:
+        with self._lock:
+            held = self._queue(delivery.queue).pending.get(delivery.entry_id)
+            return held.starts if held is not None else 0
 
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         with self._lock:

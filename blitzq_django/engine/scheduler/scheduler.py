@@ -438,7 +438,8 @@ class Scheduler:
         """Stop after the current pass (thread-safe; before run() it returns at once)."""
         self._stop_requested = True
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            with contextlib.suppress(RuntimeError):  # its loop closed: it stopped already
+                self._loop.call_soon_threadsafe(self._stop.set)
 
     def _on_signal(self, signum: int) -> None:
         log.info("%s: scheduler %s stopping", signal.Signals(signum).name, self.name)

@@ -24,7 +24,7 @@ from ..core.ids import now_ms
 from ..core.message import Message
 from ..core.states import HeldState
 from ..core.task import TaskSpec
-from ..errors import TimeLimitExceeded
+from ..errors import BlitzqError, TimeLimitExceeded
 from ..progress import ProgressReporter
 from . import outcome, tasklog
 from .flusher import Flusher
@@ -57,7 +57,8 @@ class Executor:
                  options: outcome.SettleOptions, settle: Settle, flusher: Flusher,
                  revoked: Revoked, threads: TaskThreads, time_limits: TimeLimits,
                  processes: ProcessPool, around_sync_call: Sequence[Callable[[], Any]],
-                 lease_s: float, renew_soon: Callable[[], None], stopping: asyncio.Event,
+                 lease_s: float, renew_soon: Callable[[], None],
+                 wake_fetcher: Callable[[], None], stopping: asyncio.Event,
                  helpers_stop: asyncio.Event) -> None:
         self._broker = broker
         self._name = name
@@ -73,6 +74,7 @@ class Executor:
         self._lease_s = lease_s
         #: the lease keeper's wake-up: confirm the leases of what waited too long
         self._renew_soon = renew_soon
+        self._wake_fetcher = wake_fetcher  # room for another delivery
         self._stopping = stopping
         self._helpers_stop = helpers_stop
         self._progress: ProgressReporter | None = None
@@ -113,7 +115,10 @@ class Executor:
             held.state = RUNNING
             inflight.running += 1
             slots.running += 1
-            self._launch(held)
+            if held.delivery.delivery_count > 1:
+                _start_task(self._launch_recovered(held))
+            else:
+                self._launch(held)
             return
         inflight.wait_for_slot(held, first)
         self.fill_slots()
@@ -133,7 +138,10 @@ class Executor:
                 self._renew_soon()
                 return
             inflight.start(held)
-            self._launch(held)
+            if held.delivery.delivery_count > 1:
+                _start_task(self._launch_recovered(held))
+            else:
+                self._launch(held)
 
     def dropped(self, held: Held, message: Message, spec: TaskSpec | None) -> bool:
         """Settle a message that must not start: expired (``expires``) or revoked
@@ -152,6 +160,36 @@ class Executor:
                                                  self._options))
             return True
         return False
+
+    async def _launch_recovered(self, held: Held) -> None:
+        """Start a recovered delivery (it holds its slot) once its start is counted.
+
+        Poison detection (fetching.py) counts starts, not deliveries: a message this
+        worker held without starting when it died was not what killed it.
+        """
+        delivery = held.delivery
+        try:
+            owned = await self._broker.start_recovered(self._name, delivery) > 0
+        except (BlitzqError, OSError) as exc:
+            # Started uncounted: a poison message may then run once more than
+            # max_deliveries, never less.
+            log.warning("could not count the start of recovered entry %r on %r; starting it"
+                        " anyway: %s", delivery.entry_id, delivery.queue, exc)
+            owned = True
+        if held.state is not RUNNING or self._inflight.get(held.key) is not held:
+            return  # settled meanwhile (requeued at shutdown)
+        if not owned or held.lost:
+            # Another worker owns it now: running it here too would run it twice.
+            self._inflight.remove(held.key)
+            log.warning("lease lost before start; left to its new owner (entry %r on %r)",
+                        delivery.entry_id, delivery.queue)
+            self._wake_fetcher()
+            self.fill_slots()
+            return
+        if self._stopping.is_set():
+            self._conclude_requeued(held)
+            return
+        self._launch(held)
 
     # -- running ---------------------------------------------------------------
 

@@ -57,7 +57,7 @@ class Intake:
         self._pool = pool  # decodes the large messages
         self._room = room  # set when a slot's delivery is settled (or at a stop)
         self._nothing_due = nothing_due  # burst mode: whether anything is left to do
-        self._decoding: set[asyncio.Future[None]] = set()
+        self._admitting: set[asyncio.Future[None]] = set()
         # Bound once: admit() runs for every message.
         self._hold = inflight.admit
         self._find = find  # the task registry's
@@ -100,7 +100,7 @@ class Intake:
             if cfg.burst:
                 # Done when idle twice in a row: another promoter may have moved a message
                 # onto the queue between our empty fetch and our own promotion.
-                idle = (not deliveries and not len(inflight) and not self._decoding
+                idle = (not deliveries and not len(inflight) and not self._admitting
                         and await self._nothing_due())
                 quiet = quiet + 1 if idle else 0
                 if quiet >= 2:
@@ -125,8 +125,8 @@ class Intake:
         payload = delivery.payload
         if payload is not None and len(payload) > DECODE_ON_THREAD_BYTES:
             decoding = asyncio.ensure_future(self._decode_on_thread(held, first))
-            self._decoding.add(decoding)
-            decoding.add_done_callback(self._decoding.discard)
+            self._admitting.add(decoding)
+            decoding.add_done_callback(self._admitting.discard)
             return True
         try:
             if payload is None:
@@ -142,7 +142,7 @@ class Intake:
                                                                                spec):
             return True
         if spec is None or delivery.delivery_count > self._max_deliveries:
-            self._reject(held, message, spec)
+            self._refuse_or_check(held, message, spec, first)
             return True
         held.message, held.spec = message, spec
         if spec.rate_limit is not None or spec.rate_key is not None:
@@ -179,15 +179,52 @@ class Intake:
                                                                                spec):
             return
         if spec is None or held.delivery.delivery_count > self._max_deliveries:
-            self._reject(held, message, spec)
+            self._refuse_or_check(held, message, spec, first)
             return
         held.message, held.spec = message, spec
-        if spec.rate_limit is not None or spec.rate_key is not None:
+        self._to_slot(held, first)
+
+    def _to_slot(self, held: Held, first: bool) -> None:
+        if held.spec.rate_limit is not None or held.spec.rate_key is not None:
             self._limit(held, first)
         else:
             self._offer(held, first)
 
-    def _reject(self, held: Held, message: Message, spec: TaskSpec | None) -> None:
+    def _refuse_or_check(self, held: Held, message: Message, spec: TaskSpec | None,
+                         first: bool) -> None:
+        """An unknown task is dead-lettered; a delivery past max_deliveries is, once its
+        counted starts show that it killed its worker that often (``_count_starts``)."""
+        if spec is None:
+            self._reject(held, message, spec)
+            return
+        held.message, held.spec = message, spec
+        counting = asyncio.ensure_future(self._count_starts(held, first))
+        self._admitting.add(counting)  # (burst mode: not idle while it is counted)
+        counting.add_done_callback(self._admitting.discard)
+
+    async def _count_starts(self, held: Held, first: bool) -> None:
+        # Poison detection counts the times the message started, not the times it was
+        # delivered: a worker that died holding it unstarted (prefetched, waiting for a
+        # slot) was not killed by it. Its first delivery counts as started (nothing
+        # records that start: it is every message's path); each later start is counted
+        # before it runs (execution.py, _launch_recovered).
+        delivery = held.delivery
+        try:
+            started = 1 + await self._broker.starts(delivery)
+        except (BlitzqError, OSError) as exc:
+            started = delivery.delivery_count - 1  # cannot tell: as if each delivery started
+            log.warning("could not read the starts of entry %r on %r; counting each of its"
+                        " %d deliveries as one: %s", delivery.entry_id, delivery.queue,
+                        started, exc)
+        if held.state is not PREFETCHED or self._inflight.get(held.key) is not held:
+            return  # requeued by a shutdown, or dropped after a lost lease, meanwhile
+        if started >= self._max_deliveries:
+            self._reject(held, held.message, held.spec, started)
+        else:
+            self._to_slot(held, first)
+
+    def _reject(self, held: Held, message: Message, spec: TaskSpec | None,
+                started: int = 0) -> None:
         """Dead-letter a decoded message that must not run: unknown task, too many deliveries."""
         delivery = held.delivery
         held.message = message
@@ -200,8 +237,8 @@ class Intake:
                                                 f"{reasons.UNKNOWN_TASK} {message.task!r}"))
             return
         tasklog.rejected(delivery, message, spec, reasons.MAX_DELIVERIES,
-                         f"delivered {delivery.delivery_count} times (max_deliveries "
-                         f"{self._max_deliveries}): a worker died or lost its lease running "
-                         "it each time", self._name)
+                         f"started {started} times, delivered {delivery.delivery_count} "
+                         f"times (max_deliveries {self._max_deliveries}): a worker died or "
+                         "lost its lease running it each time", self._name)
         self._settle(held, outcome.rejected(delivery, reasons.MAX_DELIVERIES, now_ms(),
                                             self._options, message))

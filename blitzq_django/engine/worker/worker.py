@@ -259,7 +259,8 @@ class Worker:
             "revoked": self._revoked, "threads": threads, "time_limits": self.time_limits,
             "processes": self.processes, "around_sync_call": self.around_sync_call,
             "lease_s": self.config.visibility_timeout, "renew_soon": self._renew_now.set,
-            "stopping": self._stopping, "helpers_stop": self.helpers_stop}
+            "wake_fetcher": self._room.set, "stopping": self._stopping,
+            "helpers_stop": self.helpers_stop}
         if self.notifier is None:
             return Executor(**parts)
         return ObservedExecutor(notifier=self.notifier, **parts)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import signal
 import sys
 from typing import Any
 
@@ -24,6 +26,8 @@ from ...serving import reloading
 from ...settings import get_settings
 from .. import banner
 from ..logs import LOG_LEVELS, add_log_format_argument, configure_logging
+
+log = logging.getLogger("blitzq.scheduler")
 
 
 class Command(BaseCommand):
@@ -74,10 +78,22 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         banner.scheduler(client, scheduler, get_settings())
         changed = reloading.watch(scheduler.stop) if reload else None
+
+        def on_signal(signum: int, frame: Any) -> None:
+            log.info("%s: scheduler %s stopping", signal.Signals(signum).name, scheduler.name)
+            scheduler.stop()
+
+        # Handlers of the process rather than of the loop: the loop's go when it closes,
+        # and a SIGTERM right behind a SIGINT (a Ctrl-C while systemd stops it) then
+        # killed the process on its way out. These stay until the command returns.
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            asyncio.run(scheduler.run(install_signal_handlers=True, close_broker=True))
+            asyncio.run(scheduler.run(close_broker=True))
         except BlitzqError as exc:
             raise CommandError(str(exc)) from None
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         if changed is not None and changed.is_set():
             sys.stdout.flush()
             sys.exit(reloading.RELOAD_EXIT_CODE)

@@ -983,6 +983,14 @@ class RedisBroker:
             deleted += gone
         return claimed, deleted
 
+    async def start_recovered(self, consumer: str, delivery: Delivery) -> int:
+        lane = self.keys.queue(delivery.queue, delivery.priority)
+        return int(await self.aio.run(ops.start_recovered(lane, consumer, delivery.entry_id)))
+
+    async def starts(self, delivery: Delivery) -> int:
+        lane = self.keys.queue(delivery.queue, delivery.priority)
+        return int(await self.aio.run(ops.starts(lane, delivery.entry_id)))
+
     async def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         lanes = self.keys.queue(queue).lanes
         mode = self.storage_mode(queue)

@@ -194,6 +194,11 @@ class QueueKeys:
         lane = f"{self.priority}:" if self.priority else ""
         return f"{self.tag}:k:{lane}{token}"
 
+    def starts(self, entry_id: str) -> str:
+        """How many times this lane's recovered entry ``entry_id`` started (start.lua)."""
+        lane = f"{self.priority}:" if self.priority else ""
+        return f"{self.tag}:st:{lane}{entry_id}"
+
     @property
     def periodic_claims(self) -> str:
         """Schedule name -> latest occurrence ms handled (engine/scheduler, periodic.lua)."""

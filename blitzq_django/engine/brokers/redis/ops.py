@@ -318,6 +318,23 @@ def recover(keys: QueueKeys, consumer: str, min_idle_ms: int, count: int,
     )
 
 
+#: How long the start count of a recovered entry is kept after its last start: it only
+#: matters while the entry is pending, and a pending entry is recovered within minutes.
+STARTS_TTL_S = 7 * 24 * 3600
+
+
+def start_recovered(keys: QueueKeys, consumer: str, entry_id: str) -> Op:
+    """Count a start of a recovered entry this consumer owns: its starts so far, 0 if it
+    is no longer this consumer's (start.lua)."""
+    return Op(script=scripts.START, keys=(keys.stream, keys.starts(entry_id)),
+              args=(GROUP, consumer, entry_id, STARTS_TTL_S), parse=int)
+
+
+def starts(keys: QueueKeys, entry_id: str) -> Op:
+    """How many times the recovered entry started (0: never after its first delivery)."""
+    return Op(command=("GET", keys.starts(entry_id)), parse=lambda r: int(r) if r else 0)
+
+
 def promote(keys: QueueKeys, now_ms: int, limit: int, mode: str = "s") -> Op:
     return Op(
         script=scripts.PROMOTE,
