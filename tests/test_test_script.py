@@ -79,7 +79,8 @@ def test_every_pass_but_the_fault_tests_runs_niced() -> None:
     fault = s.ScriptBeside("probe", Path(sys.prefix), probe, dict(os.environ))
     assert fault.proc.wait(10) == 0
     fault.output.seek(0)
-    assert fault.output.read().strip() == str(os.nice(0) + s.BACKGROUND_NICE)
+    # (19 at most: this test may itself run in a niced pass)
+    assert fault.output.read().strip() == str(min(19, os.nice(0) + s.BACKGROUND_NICE))
     fault.output.close()
     assert s.priority(True) is s.lowered
     assert s.priority(False) is None  # the fault tests' pass (niced=False)

@@ -582,6 +582,13 @@ def lines_of(proc: subprocess.Popen[str]) -> Iterator[list[str]]:
         reader.join(10)
 
 
+def ctrl_c_on() -> None:
+    """In the child: SIGINT as a terminal's process has it. A suite started in the
+    background by a non-interactive shell (``cmd &``) hands every child SIGINT ignored,
+    and Python then installs no KeyboardInterrupt for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_events_follow_prints_new_events_as_json_lines_until_ctrl_c(
         client: Client, tmp_path: Path, redis_url: str, namespace: str) -> None:
     ok = client.registry.get("jobs.ok")
@@ -590,7 +597,7 @@ def test_events_follow_prints_new_events_as_json_lines_until_ctrl_c(
     proc = subprocess.Popen(
         [sys.executable, "-m", "blitzq_django.engine", "events", "opsapp:client", "--follow",
          "--json"], env=app_env(tmp_path, redis_url, namespace), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_on)
     sent: list[str] = []
 
     def a_new_event_shows() -> bool:

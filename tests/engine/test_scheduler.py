@@ -124,6 +124,27 @@ async def test_missed_runs_after_a_downtime_follow_the_policy(
     assert await second.tick(later + 1000) == []
 
 
+@pytest.mark.parametrize("policy", ["run_once", "skip"])
+@pytest.mark.asyncio
+async def test_a_hole_is_reported_missed_by_one_scheduler_only(
+        redis_broker: RedisBroker, policy: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Two schedulers come back after an outage, one a period after the other: the
+    # occurrences of the outage are reported missed once (by the first), not by each.
+    client = make_client(redis_broker)
+    client.schedule_registry.add(build("m", "jobs.tick", every=60, missed=policy, grace=5))
+    a, b = (Scheduler(client, clock=Clock(T0), promote=False) for _ in range(2))
+    await a.load()
+    await b.load()
+    await a.tick(T0 + MINUTE)
+    await b.tick(T0 + MINUTE)
+    (first,) = await a.tick(T0 + 12 * MINUTE)  # minutes 2 to 11 missed
+    (second,) = await b.tick(T0 + 13 * MINUTE)  # still believes minute 1 was the last
+    assert first.missed == 10
+    assert second.missed == 0
+    reports = [r.getMessage() for r in caplog.records if "missed occurrence" in r.getMessage()]
+    assert len(reports) == 1, reports
+
+
 @pytest.mark.asyncio
 async def test_run_all_catches_up_at_most_catch_up_occurrences(
         redis_broker: RedisBroker, redis_client: redis.Redis) -> None:

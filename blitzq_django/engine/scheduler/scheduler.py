@@ -227,7 +227,7 @@ class Scheduler:
                 continue
             try:
                 done.append(await self._claim(schedule, todo.dispatch, todo.through,
-                                              todo.missed, todo.more, now))
+                                              todo.missed, todo.more, now, last))
             except (BrokerError, OSError):
                 raise  # Redis: the whole pass is tried again
             except BlitzqError as exc:  # this schedule's message cannot be built
@@ -238,7 +238,7 @@ class Scheduler:
         return done
 
     async def _claim(self, schedule: Schedule, occurrences: tuple[int, ...], through: int,
-                     missed: int, more: bool, now: int) -> Dispatch:
+                     missed: int, more: bool, now: int, last: int) -> Dispatch:
         spec = self.client.registry.find(schedule.task)
         assert spec is not None  # load() keeps only schedules of registered tasks
         queue = self.queue_of(schedule)
@@ -255,6 +255,11 @@ class Scheduler:
             self.dispatched += dispatched
             log.info("dispatched %s: %s", schedule.name,
                      ", ".join(schedule.occurrence_id(o) for o in occurrences[-dispatched:]))
+        if missed and last < previous < through:
+            # Another scheduler handled some of them first: the ones missed are only those
+            # after what it handled (else each scheduler would report the same hole).
+            again = plan(schedule, previous, now)
+            missed, more = (again.missed, again.more) if again is not None else (0, False)
         if missed and previous < through:
             log.warning("schedule %s: %d%s missed occurrence(s) %s (missed=%r)", schedule.name,
                         missed, "+" if more else "",
