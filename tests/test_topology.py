@@ -82,3 +82,36 @@ def _scan(port: int, pattern: str) -> list[str]:
         found += keys
         if cursor == "0":
             return found
+
+
+def test_sentinel_discovery_follows_the_newest_configuration(sentinel_url: str) -> None:
+    # A sentinel that has not yet heard of a failover names the old master (restarted,
+    # it would take writes until made a replica, then drop them): the engine follows
+    # the answer with the highest config epoch, not the first one.
+    import asyncio
+
+    import redis.sentinel
+
+    from blitzq_django.engine.brokers.redis import topology as engine_topology
+
+    target = engine_topology.parse(sentinel_url)
+    service = target.service
+    sentinel = engine_topology.Sentinel(list(target.hosts))
+    states = [s.sentinel_masters() for s in sentinel.sentinels]
+    real = states[0][service]
+    assert isinstance(real["config-epoch"], int)  # parsed by redis-py: compared as numbers
+    current = (real["ip"], real["port"])
+    assert sentinel.discover_master(service) == current
+    assert asyncio.run(engine_topology.AsyncSentinel(
+        list(target.hosts)).discover_master(service)) == current
+    older = {service: {**real, "ip": "10.9.9.9", "port": 1,
+                       "config-epoch": real["config-epoch"] - 1}}
+    newer = {service: {**real, "port": 2, "config-epoch": real["config-epoch"] + 1}}
+    newest = engine_topology._newest_master
+    assert newest(sentinel, service, [older, *states]) == current
+    assert newest(sentinel, service, [*states, newer, older]) == (real["ip"], 2)
+    # Sentinels out of reach are passed over; with none left, the error names them.
+    down = redis.exceptions.ConnectionError("refused")
+    assert newest(sentinel, service, [down, *states]) == current
+    with pytest.raises(redis.sentinel.MasterNotFoundError, match="refused"):
+        newest(sentinel, service, [down])

@@ -58,6 +58,20 @@ async def background_worker(client: Client, stop_within: float = 10.0,
         running.result()  # re-raise whatever the worker died of
 
 
+async def deliveries_of_dead_workers(broker: RedisBroker | MemoryBroker, recoveries: int,
+                                     started: bool, queue: str = "default") -> None:
+    """The one message on ``queue`` taken by a worker that died, then recovered
+    ``recoveries`` times by workers that died too: after starting it (``started``, each
+    start counted as a worker counts it) or holding it unstarted."""
+    await broker.prepare([queue])
+    assert len(await broker.fetch([queue], "dead-worker", 10, 10)) == 1
+    for n in range(recoveries):
+        claimed, _ = await broker.recover(queue, "dead-worker", 0, 10)
+        assert [d.delivery_count for d in claimed] == [n + 2]
+        if started:
+            assert await broker.start_recovered("dead-worker", claimed[0]) == n + 1
+
+
 def raw_redis(broker: RedisBroker) -> redis.Redis:
     return broker.sync.client
 

@@ -540,3 +540,43 @@ def test_memory_broker_cancel_from_another_thread_reaches_the_worker_loop() -> N
         thread.join(15)
     wait_until(lambda: result, 5, message="the worker to stop")
     assert result[0].cancelled == 1
+
+
+class _GatedReads:
+    """The broker, with each read of the revocations held until its gate opens."""
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+        self.gates: list[asyncio.Event] = []
+
+    async def revoked(self, queues: Any, now_ms: int) -> set[tuple[str, str]]:
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        await gate.wait()
+        return await self._broker.revoked(queues, now_ms)
+
+
+@pytest.mark.asyncio
+async def test_overlapping_reads_of_the_revocations_keep_what_was_pushed_meanwhile(
+        client: Client) -> None:
+    # The periodic read and a resubscription's read may overlap (seen after a Sentinel
+    # failover): each keeps what was pushed while it ran, and neither fails.
+    from blitzq_django.engine.worker.inflight import InFlight
+
+    gated = _GatedReads(client.broker)
+    helpers_stop = asyncio.Event()
+    ids: set[tuple[str, str]] = set()
+    keeper = revocations.Revocations(
+        broker=gated, queues=["default"], ids=ids, inflight=InFlight(1),  # type: ignore[arg-type]
+        options=None, settle=lambda held, settlement: None,  # type: ignore[arg-type]
+        interrupt=lambda held: False, helpers_stop=helpers_stop)
+    first = asyncio.ensure_future(keeper.sync())
+    await await_until(lambda: len(gated.gates) == 1, 5, message="the first read")
+    second = asyncio.ensure_future(keeper.sync())
+    await await_until(lambda: len(gated.gates) == 2, 5, message="the second read")
+    keeper.on_revoked("default", "pushed-during-both")
+    gated.gates[1].set()
+    await second
+    gated.gates[0].set()
+    await first  # raised TypeError when the second read had cleared the first one's set
+    assert ("default", "pushed-during-both") in ids

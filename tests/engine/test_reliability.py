@@ -22,7 +22,14 @@ from blitzq_django.engine.core.message import decode
 
 from ..support.redis_server import RedisServer, free_port, redis_server_binary
 from ..support.waiting import await_until, wait_until
-from .helpers import FAST, background_worker, pending_count, ready_message_ids, run_burst
+from .helpers import (
+    FAST,
+    background_worker,
+    deliveries_of_dead_workers,
+    pending_count,
+    ready_message_ids,
+    run_burst,
+)
 
 
 def final_ids(client: Client, ids: list[str]) -> set[str]:
@@ -110,14 +117,7 @@ async def test_max_deliveries_exceeded_is_dead_lettered(client: Client) -> None:
 
     h = poison.enqueue()
     broker = client.broker
-    await broker.prepare(["default"])
-    # A worker that took the message and died, twice recovered by workers that started
-    # it and died too.
-    assert len(await broker.fetch(["default"], "dead-worker", 10, 10)) == 1
-    for n in range(2):
-        claimed, _ = await broker.recover("default", "dead-worker", 0, 10)
-        assert [d.delivery_count for d in claimed] == [n + 2]
-        assert await broker.start_recovered("dead-worker", claimed[0]) == n + 1
+    await deliveries_of_dead_workers(broker, 2, started=True)
     async with background_worker(client, visibility_timeout=0.3, max_deliveries=3):
         await await_until(lambda: client.inspect(h.id) is not None, 5,
                           message="the recovered message to settle")
@@ -144,11 +144,7 @@ async def test_deliveries_that_never_started_do_not_count_toward_max_deliveries(
 
     h = healthy.enqueue()
     broker = client.broker
-    await broker.prepare(["default"])
-    assert len(await broker.fetch(["default"], "dead-worker", 10, 10)) == 1
-    for n in range(3):
-        claimed, _ = await broker.recover("default", "dead-worker", 0, 10)
-        assert [d.delivery_count for d in claimed] == [n + 2]
+    await deliveries_of_dead_workers(broker, 3, started=False)
     async with background_worker(client, visibility_timeout=0.3, max_deliveries=3):
         await await_until(lambda: (r := client.inspect(h.id)) is not None and r.is_final, 5,
                           message="the recovered message to settle")

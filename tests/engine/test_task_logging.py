@@ -23,7 +23,7 @@ from blitzq_django.engine.core.message import pack
 
 from ..support.waiting import await_until
 from . import process_tasks
-from .helpers import arun_burst, background_worker, inject, run_burst
+from .helpers import arun_burst, background_worker, deliveries_of_dead_workers, inject, run_burst
 
 TASK_LOGGER = "blitzq.task"
 
@@ -149,14 +149,7 @@ async def test_a_message_delivered_too_many_times_logs_error(
     client = Client(redis_broker)
     t = client.task(name="t")(lambda: None)
     handle = t.enqueue()
-    broker = client.broker
-    await broker.prepare(["default"])
-    # A worker that took the message and died, twice recovered by workers that started
-    # it and died too.
-    assert len(await broker.fetch(["default"], "dead-worker", 10, 10)) == 1
-    for _ in range(2):
-        claimed, _ = await broker.recover("default", "dead-worker", 0, 10)
-        await broker.start_recovered("dead-worker", claimed[0])
+    await deliveries_of_dead_workers(client.broker, 2, started=True)
     async with background_worker(client, visibility_timeout=0.3, max_deliveries=3):
         await await_until(lambda: task_records(caplog), 5, message="its log line")
     (error,) = task_records(caplog)

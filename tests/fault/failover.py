@@ -66,7 +66,7 @@ class Outcome:
     recovery_s: list[float] = field(default_factory=list)
     failover_s: list[float] = field(default_factory=list)
     lost_ids: list[str] = field(default_factory=list)
-    #: lost ids whose enqueue returned after the last kill (a failover forgets only what
+    #: lost ids whose enqueue was sent after the last kill (a failover forgets only what
     #: the dead master acknowledged: must be 0 with or without the wait)
     lost_after_last_kill: int = 0
 
@@ -106,6 +106,9 @@ class Producer(threading.Thread):
         self.task, self.period = task, 1.0 / rate
         self.delay_s = delay_s
         self.acked: dict[str, float] = {}  # id -> time.time() enqueue returned
+        #: id -> time.time() its enqueue was sent: "after a kill" is judged by this (the
+        #: thread may record the return of an enqueue acknowledged before the kill after it)
+        self.sent: dict[str, float] = {}
         self.indeterminate: set[str] = set()
         self.not_replicated = 0
         self.errors = 0
@@ -116,6 +119,7 @@ class Producer(threading.Thread):
         next_at = time.monotonic()
         while not self.stopping.is_set():
             message_id = uuid.uuid4().hex
+            self.sent[message_id] = time.time()
             try:
                 options = {"delay": self.delay_s} if self.delay_s else {}
                 self.task.options(task_id=message_id, **options).enqueue(message_id)
@@ -141,10 +145,12 @@ class World:
     """One topology, its workers and its producer."""
 
     def __init__(self, kind: str, tmp: Path, wait: tuple[int, int] | None,
-                 workers: int = 2) -> None:
+                 workers: int = 2, down_after_ms: int = 1000) -> None:
         self.kind, self.tmp, self.wait = kind, tmp, wait
-        self.topology: Any = (topology.SentinelSet(down_after_ms=1000, failover_timeout_ms=3000)
-                              if kind == "sentinel" else topology.Cluster(node_timeout_ms=1500))
+        self.topology: Any = (
+            topology.SentinelSet(down_after_ms=down_after_ms,
+                                 failover_timeout_ms=3 * down_after_ms)
+            if kind == "sentinel" else topology.Cluster(node_timeout_ms=down_after_ms + 500))
         self.topology.start()
         self.url = self.topology.url() if kind == "sentinel" else self.topology.url
         self.namespace = f"f{uuid.uuid4().hex[:10]}"
@@ -200,8 +206,8 @@ class World:
 
 @contextlib.contextmanager
 def world(kind: str, tmp: Path, wait: tuple[int, int] | None,
-          workers: int = 2) -> Iterator[World]:
-    w = World(kind, tmp, wait, workers)
+          workers: int = 2, down_after_ms: int = 1000) -> Iterator[World]:
+    w = World(kind, tmp, wait, workers, down_after_ms)
     try:
         yield w
     finally:
@@ -210,17 +216,19 @@ def world(kind: str, tmp: Path, wait: tuple[int, int] | None,
 
 def run(kind: str, tmp: Path, *, wait: tuple[int, int] | None, kills: int, rate: float = 200,
         steady_s: float = 2.0, drain_s: float = 90.0, label: str = "",
-        cut_s: float = 0.0, delay_s: float = 0.0) -> Outcome:
+        cut_s: float = 0.0, delay_s: float = 0.0, down_after_ms: int = 1000) -> Outcome:
     """One run: ``kills`` SIGKILLs of the queue's master under a producer at ``rate``
     enqueues a second, ``steady_s`` of load before each; ``cut_s``: see
     World.kill_master(); ``delay_s``: every message is enqueued with that delay, so
     the last ``delay_s`` of messages wait in the schedule at each kill (a backlog: a
-    message that already ran counts as run, whatever Redis forgets after)."""
+    message that already ran counts as run, whatever Redis forgets after);
+    ``down_after_ms``: how long a master must be silent before it is failed over
+    (Sentinel's down-after-milliseconds; a cluster's node timeout is 500 ms more)."""
     if cut_s and kind != "sentinel":
         raise ValueError("cut_s: Sentinel only (a cluster replica takes no REPLICAOF)")
     tmp.mkdir(parents=True, exist_ok=True)
     outcome = Outcome(kind, wait is not None, kills, cut_s=cut_s, delay_s=delay_s)
-    with world(kind, tmp, wait) as w:
+    with world(kind, tmp, wait, down_after_ms=down_after_ms) as w:
         producer = Producer(w.tasks["noop"], rate, delay_s)
         producer.start()
         killed: list[float] = []
@@ -259,7 +267,7 @@ def run(kind: str, tmp: Path, *, wait: tuple[int, int] | None, kills: int, rate:
         outcome.lost_ids = report.lost_ids
         last_kill = max(killed, default=0.0)
         outcome.lost_after_last_kill = sum(
-            1 for i in set(acked) - done if producer.acked[i] > last_kill)
+            1 for i in set(acked) - done if producer.sent[i] > last_kill)
         outcome.indeterminate = len(producer.indeterminate)
         outcome.indeterminate_ran = len(producer.indeterminate & done)
         outcome.not_replicated = producer.not_replicated

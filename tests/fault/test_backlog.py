@@ -352,7 +352,12 @@ def orphan_delays(lines: list[Line], faults: Faults, end: float,
             # Where its restart was due: a fault in there (not the delay itself) excuses it.
             window = (kill.t, kill.t + ORPHAN_BOUND)
             dc = max(x.dc for x in own)
-            if any(a <= window[1] and b >= window[0] for a, b in faults.outages()):
+            if any(a <= window[1] and b >= window[0] for a, b in faults.outages()) or any(
+                    kill.t <= a <= nxt and nxt - b <= ORPHAN_BOUND
+                    for a, b in faults.outages()):
+                # Due during a Redis outage; or Redis went down before it restarted
+                # (late on a loaded machine) and it restarted within the bound of
+                # Redis coming back.
                 excluded["redis_restart"].append(delay)
             elif any(a <= window[1] and b >= window[0] for a, b in holes):
                 excluded["all_paused"].append(delay)

@@ -63,7 +63,9 @@ class Revocations:
         self._helpers_stop = helpers_stop
         self.interval = SYNC_INTERVAL_S
         self._listening = asyncio.Event()
-        self._since_read: set[tuple[str, str]] | None = None  # pushed during a read
+        #: one set per read in progress (the periodic one and a resubscription's may
+        #: overlap): what was pushed while it ran
+        self._pushed_during: list[set[tuple[str, str]]] = []
         self._resync: asyncio.Future[None] | None = None
 
     # -- what is revoked ---------------------------------------------------------
@@ -73,19 +75,20 @@ class Revocations:
         if queue not in self._queues:
             return
         key = (queue, message_id)
-        if self._since_read is not None:
-            self._since_read.add(key)
+        for pushed in self._pushed_during:
+            pushed.add(key)
         if key not in self.ids:
             self.ids.add(key)
             self.apply((key,))
 
     async def sync(self) -> None:
         """Re-read every unexpired revocation of the worker's queues."""
-        self._since_read = set()
+        pushed: set[tuple[str, str]] = set()
+        self._pushed_during.append(pushed)
         try:
             found = await self._broker.revoked(self._queue_list, now_ms())
         finally:
-            pushed, self._since_read = self._since_read, None
+            self._pushed_during.remove(pushed)
         found |= pushed
         new = found - self.ids
         if new or len(found) != len(self.ids):

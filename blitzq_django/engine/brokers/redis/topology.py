@@ -42,6 +42,7 @@ that may have run, unless it is idempotent):
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,6 +250,55 @@ class AsyncCluster(redis.asyncio.cluster.RedisCluster):
         if e is not RedisTimeoutError)
 
 
+def _newest_master(sentinel: Any, service: str, states: list[Any]) -> tuple[str, int]:
+    """The master of the newest configuration among the sentinels' answers (``states``:
+    each one's SENTINEL MASTERS, or the error it raised).
+
+    redis-py takes the first sentinel's answer. One that has not yet heard of a
+    failover still names the old master, which, restarted, takes writes until the
+    others make it a replica, and then drops them: the answer with the highest config
+    epoch is the newest failover's."""
+    valid, errors = [], []
+    for state in states:
+        if isinstance(state, RedisConnectionError | RedisTimeoutError):
+            errors.append(f"{type(state).__name__}: {state}")
+        elif isinstance(state, BaseException):
+            raise state
+        else:
+            master = state.get(service)
+            if master and sentinel.check_master_state(master, service):
+                valid.append(master)
+    if not valid:
+        detail = f": {', '.join(errors)}" if errors else ""
+        raise redis.sentinel.MasterNotFoundError(f"No master found for {service!r}{detail}")
+    newest = max(valid, key=lambda m: m.get("config-epoch", 0))
+    ip = sentinel._force_master_ip if sentinel._force_master_ip is not None else newest["ip"]
+    return ip, newest["port"]
+
+
+class Sentinel(redis.sentinel.Sentinel):
+    """redis-py's Sentinel, following the newest configuration (``_newest_master``)."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        states: list[Any] = []
+        for sentinel in self.sentinels:
+            try:
+                states.append(sentinel.sentinel_masters())
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                states.append(exc)
+        return _newest_master(self, service_name, states)
+
+
+class AsyncSentinel(redis.asyncio.sentinel.Sentinel):
+    """redis.asyncio's Sentinel, following the newest configuration; asks the
+    sentinels all at once."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        states = await asyncio.gather(*(s.sentinel_masters() for s in self.sentinels),
+                                      return_exceptions=True)
+        return _newest_master(self, service_name, list(states))
+
+
 class SentinelConnection(redis.sentinel.SentinelManagedConnection):
     """Asks the sentinels where the master is at every connect. redis-py asks only when
     the pool hands the connection out: the reconnect of its retry (after a connection
@@ -339,7 +389,7 @@ def sync_client(url: str, options: dict[str, Any]) -> Any:
     target = parse(url)
     server = _server_options(target, options)
     if kind == SENTINEL:
-        sentinel = redis.sentinel.Sentinel(
+        sentinel = Sentinel(
             list(target.hosts), min_other_sentinels=options.get("min_other_sentinels", 0),
             sentinel_kwargs=_sentinel_kwargs(target, options), **server)
         return sentinel.master_for(target.service, db=target.db, connection_class=(
@@ -358,7 +408,7 @@ def async_client(url: str, options: dict[str, Any]) -> Any:
     target = parse(url)
     server = _server_options(target, options)
     if kind == SENTINEL:
-        sentinel = redis.asyncio.sentinel.Sentinel(
+        sentinel = AsyncSentinel(
             list(target.hosts), min_other_sentinels=options.get("min_other_sentinels", 0),
             sentinel_kwargs=_sentinel_kwargs(target, options), **server)
         return sentinel.master_for(target.service, db=target.db, connection_class=(
