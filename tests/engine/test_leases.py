@@ -14,7 +14,7 @@ from blitzq_django.engine import Client, DeadLetter, MemoryBroker, RedisBroker, 
 from blitzq_django.engine.brokers.base import DEAD, DONE, RETRY, Delivery, Settlement
 from blitzq_django.engine.core.record import Record
 
-from ..support.waiting import wait_until
+from ..support.waiting import await_until, wait_until
 from .helpers import background_worker, dead_letter_ids, pending_count
 
 T = TypeVar("T")
@@ -224,4 +224,33 @@ async def test_a_live_worker_keeps_its_lease_past_the_visibility_timeout(
     assert ran == [1]
     assert owner.stats.lost_leases == other.stats.lost_leases == 0
     assert owner.stats.succeeded + other.stats.succeeded == 1
+
+
+
+@pytest.mark.asyncio
+@pytest.mark.reliable_only("fast mode has no lease: nothing is refused or recovered")
+async def test_an_entry_that_ran_here_and_comes_back_here_is_not_run_again(
+        client: Client) -> None:
+    # Its lease lost while it ran (a pause, a stalled loop), its settlement is refused;
+    # the worker that took it dies before running it, and the entry comes back to the
+    # worker where it ran: that outcome is written, the body does not run twice.
+    broker = client.broker
+    runs: list[int] = []
+
+    @client.task(name="once")
+    async def once() -> str:
+        runs.append(1)
+        claimed, _ = await broker.recover("default", "taker", 0, 10)  # then it "dies"
+        assert len(claimed) == 1
+        return "ran"
+
+    h = once.enqueue()
+    async with background_worker(client, visibility_timeout=0.5) as worker:
+        record = await client.afinal_record(h.id, timeout=15)
+        assert record is not None and record.state == "succeeded"
+        await await_until(lambda: pending_count(broker, "default") == 0, 10,
+                          message="nothing pending")
+    assert runs == [1]
+    assert worker.stats.lost_leases == 1
+    assert await h.aresult(timeout=1) == "ran"
 

@@ -15,8 +15,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from ..brokers.base import Broker, Delivery
+from ..brokers.base import Broker, Delivery, Settlement
 from ..core import deadletter as reasons
 from ..core.ids import now_ms
 from ..core.message import Message, decode
@@ -25,7 +26,7 @@ from ..core.task import TaskSpec
 from ..errors import BlitzqError, MessageDecodeError
 from . import outcome, tasklog
 from .config import WorkerConfig
-from .inflight import Held, InFlight, Revoked, Settle
+from .inflight import Held, InFlight, Key, Revoked, Settle
 from .waits import wait_set
 
 log = logging.getLogger("blitzq.worker")
@@ -45,7 +46,8 @@ class Intake:
                  dropped: Callable[[Held, Message, TaskSpec | None], bool],
                  revoked: Revoked, max_message_size: int, pool: ThreadPoolExecutor,
                  room: asyncio.Event, stopping: asyncio.Event,
-                 nothing_due: Callable[[], Awaitable[bool]]) -> None:
+                 nothing_due: Callable[[], Awaitable[bool]],
+                 ran_here: Callable[[Key], tuple[Settlement, Any] | None]) -> None:
         self._broker = broker
         self._name = name
         self._config = config
@@ -66,6 +68,8 @@ class Intake:
         self._dropped = dropped  # the executor's: settle an expired or revoked one
         self._stopping = stopping
         self._revoked = revoked  # one set for the worker's life
+        #: the worker's: the refused settlement of an attempt of an entry that ran here
+        self._ran_here = ran_here
 
     async def fetch_loop(self, queue: str) -> None:
         """Read ``queue`` (every lane of it, highest priority first) into the table."""
@@ -118,6 +122,16 @@ class Intake:
         held = self._hold(delivery, time.monotonic())
         if held is None:
             return False
+        if delivery.delivery_count > 1:
+            ran = self._ran_here(delivery.key)
+            if ran is not None:
+                # It ran here already and its settlement was refused (a pause outlived its
+                # lease), then came back to this worker: write that outcome, not a rerun.
+                settlement, held.message = ran
+                log.info("entry %r on %r already ran here; its outcome is written now, it "
+                         "does not run again", delivery.entry_id, delivery.queue)
+                self._settle(held, settlement._replace(delivery=delivery))
+                return True
         if self._stopping.is_set():
             # Fetched or claimed as we were stopping: hand it straight back.
             self._settle(held, outcome.requeued(delivery, None, self._options))

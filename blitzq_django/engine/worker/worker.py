@@ -14,6 +14,7 @@ worker, and parts never reach each other through it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import importlib.metadata
@@ -55,6 +56,9 @@ log = logging.getLogger("blitzq.worker")
 
 HELPER_STOP_S = 2.0
 REGISTRY_MIN_TTL_S = 5.0  # a registry entry outlives at least this many seconds
+#: How many refused settlements (run here, lease lost before they were written) are kept
+#: to be written if this worker recovers the same entry later (``_refused``).
+REFUSED_KEPT = 10_000
 STARTUP_BACKOFF_MIN_S, STARTUP_BACKOFF_MAX_S = 0.5, 10.0
 
 # Bound once: read for every settlement.
@@ -145,6 +149,11 @@ class Worker:
         self.inflight = InFlight(self.config.concurrency, self.config.queue_concurrency)
         self._revoked: Revoked = set()  # filled by the revocations, read by the others
         self.stats = Stats()
+        #: delivery key -> (settlement, message) of an attempt that ran here and whose
+        #: settlement was refused (lease lost: a pause, a stalled loop). Should this worker
+        #: recover that entry later, it writes this outcome instead of running it again.
+        self._refused: collections.OrderedDict[Any, tuple[Settlement, Any]] = \
+            collections.OrderedDict()
         self._settled_count = 0
         self._started_ms = now_ms()
         self.threads: TaskThreads | None = None  # `def` attempts; built in run()
@@ -230,7 +239,7 @@ class Worker:
             settle=settle, find=self.client.registry.find, offer=executor.offer,
             limit=self.gate.admit, dropped=executor.dropped, revoked=self._revoked,
             max_message_size=self.client.max_message_size, pool=self.pool, room=self._room,
-            stopping=self._stopping, nothing_due=self.nothing_due)
+            stopping=self._stopping, nothing_due=self.nothing_due, ran_here=self._ran_here)
         self.leases = LeaseKeeper(
             broker=broker, name=name, queues=self.queues, config=cfg, inflight=inflight,
             wake=self._renew_now, admit=self.intake.admit, fill_slots=executor.fill_slots,
@@ -537,18 +546,27 @@ class Worker:
                                     f"Redis refused it: {outcome.describe(error)}", now_ms(),
                                     self.settle_options)
 
+    def _ran_here(self, key: Any) -> tuple[Settlement, Any] | None:
+        """The refused settlement of an attempt of this entry that ran here, if any."""
+        return self._refused.pop(key, None) if self._refused else None
+
     def _settled(self, settlement: Settlement, ok: bool | None) -> None:
         """Called by the flusher once a settlement is written (True), refused because the
         lease was lost (False), or given up after Redis refused it (None)."""
         if settlement.kind == MARK_RUNNING:
             return  # the delivery goes on; only its "running" record was written
         key = settlement.delivery.key
+        held = self.inflight.get(key)
         self.inflight.settled(key)
         self._room.set()
         if ok is None:
             return
         if not ok:
             self.stats.lost_leases += 1
+            if settlement.kind != REQUEUE and held is not None:
+                self._refused[key] = (settlement, held.message)
+                if len(self._refused) > REFUSED_KEPT:
+                    self._refused.popitem(last=False)
             log.warning("lease lost; message may be executed again (message %r, entry %r): "
                         "its settlement was not written", settlement.message_id, key[1])
             return
