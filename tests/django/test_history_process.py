@@ -190,9 +190,13 @@ def test_supervised_children_do_not_reload_under_debug(blitzq_redis: Any,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
+        parent = (Path("/proc") / str(proc.pid) / "cmdline").read_text()
+
         def workers() -> list[int]:
+            # (A child forked and not yet started shows its parent's command line.)
             return [c for c in _children(proc.pid)
-                    if "runworker" in (Path("/proc") / str(c) / "cmdline").read_text()]
+                    if "runworker" in (cmdline := (Path("/proc") / str(c) / "cmdline")
+                                       .read_text()) and cmdline != parent]
 
         wait_until(lambda: len(workers()) == 2, 30, 0.05, "two worker processes")
         for child in workers():
